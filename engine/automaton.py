@@ -1,0 +1,1222 @@
+"""Byte-level automata compiled from the grammar IR.
+
+Compilation has two stages:
+
+1. The IR becomes a Thompson-style NFA over bytes (``_NfaBuilder``). Rules that do not
+   recurse are inlined at every reference, so a regular grammar is a single NFA with
+   no calls. Recursive rules (and large rules referenced from many places) are compiled
+   once and entered through ``CALL`` positions.
+2. ``ByteAutomaton`` determinises that NFA lazily. A *configuration* is an interned set
+   of items ``(position, origin, watch, token_state)``. Without calls this is exactly
+   the subset construction, so a regular grammar becomes a lazily built DFA. With calls
+   the items form Earley sets whose origins name earlier configurations (a graph
+   structured stack), which makes left recursion and ambiguous rules terminate.
+
+Item fields:
+
+* ``origin`` is ``None`` at top level, else ``(config_id, watch_at_call)``; the
+  configuration being built refers to itself with ``config_id == SELF``.
+* ``watch`` tracks ``except!`` exclusions that started inside an ``except!`` region
+  and may still complete in the text that follows it (a frozenset of
+  ``(except_id, string_index, matched_length)``), or ``None``.
+* ``token_state`` is ``(tokens_used, touched_in_current_token)`` inside an
+  ``except!(.., n)`` region, ``PENDING`` for an ``any!`` reached in the middle of a
+  token (it may only start at a token boundary), the tuple of operand states inside
+  an intersection, else ``None``.
+
+Intersections run their (regular) operands as separate automata in lockstep; a
+product state is only kept if some byte string completes every operand at once, so
+an intersection never leaves the automaton in a state that cannot finish.
+
+Transitions are memoised in a dense ``int32`` table ``[configs, 256]`` (``-2`` = not
+computed) so that ``step_many`` is a numpy lookup that computes only unseen rows. Bytes
+are grouped into classes that no terminal distinguishes, so a row costs one closure per
+live class, not per byte.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from functools import lru_cache
+
+import numpy as np
+
+from .errors import GrammarError
+from .ir import (
+    MAX_CODE_POINT,
+    Alt,
+    AnyToken,
+    Bytes,
+    ByteSet,
+    CharSet,
+    Except,
+    Intersect,
+    Node,
+    Ref,
+    Repeat,
+    Seq,
+)
+
+DEAD = -1
+_UNKNOWN = -2
+SELF = -1
+PENDING = "pending"
+
+# NFA position kinds.
+_BYTE, _EPS, _CALL, _END, _ACCEPT, _ANY_START, _ANY_INSIDE, _EX_ENTER, _EX_EXIT, _ISECT_ENTER, _ISECT = range(11)
+_CONSUMING = (_BYTE, _ANY_START, _ANY_INSIDE, _ISECT)
+
+#: Limits that turn pathological grammars into a clear error instead of a hang.
+#: (``MAX_PRODUCT_STATES`` bounds the search that proves an intersection state can finish.)
+MAX_NFA_POSITIONS = 500_000
+MAX_CONFIGS = 200_000
+MAX_ITEMS_PER_CONFIG = 50_000
+MAX_SEARCH_EXPANSIONS = 200_000
+MAX_PRODUCT_STATES = 20_000
+#: A non-recursive rule larger than this that is referenced more than once is called
+#: instead of inlined, so shared definitions do not multiply the NFA size.
+INLINE_LIMIT = 4_000
+
+_ALL_BYTES = (1 << 256) - 1
+
+
+# ---------------------------------------------------------------------------
+# UTF-8
+
+
+def _encode(cp: int) -> bytes:
+    return chr(cp).encode("utf-8")
+
+
+def _utf8_split(lo: int, hi: int, out: list) -> None:
+    """Byte-range sequences matching exactly the UTF-8 encodings of ``lo..hi`` (same length)."""
+    if lo > hi:
+        return
+    length = len(_encode(lo))
+    for i in range(1, length):
+        m = (1 << (6 * i)) - 1
+        if lo & ~m != hi & ~m:
+            if lo & m:
+                _utf8_split(lo, lo | m, out)
+                _utf8_split((lo | m) + 1, hi, out)
+                return
+            if hi & m != m:
+                _utf8_split(lo, (hi & ~m) - 1, out)
+                _utf8_split(hi & ~m, hi, out)
+                return
+    out.append(tuple(zip(_encode(lo), _encode(hi))))
+
+
+def _code_point_ranges(charset: CharSet) -> list[tuple[int, int]]:
+    """The set's ranges with negation applied and surrogates removed."""
+    ranges = sorted(charset.ranges)
+    if charset.negated:
+        complement, nxt = [], 0
+        for lo, hi in ranges:
+            if lo > nxt:
+                complement.append((nxt, lo - 1))
+            nxt = max(nxt, hi + 1)
+        if nxt <= MAX_CODE_POINT:
+            complement.append((nxt, MAX_CODE_POINT))
+        ranges = complement
+    result = []
+    for lo, hi in ranges:
+        for a, b in ((lo, min(hi, 0xD7FF)), (max(lo, 0xE000), hi)):
+            if a <= b:
+                result.append((a, b))
+    return result
+
+
+@lru_cache(maxsize=4096)
+def utf8_sequences(ranges: tuple[tuple[int, int], ...], negated: bool) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """UTF-8 byte-range sequences for a character set (each sequence is one character)."""
+    out: list = []
+    for lo, hi in _code_point_ranges(CharSet(ranges, negated)):
+        for a, b in ((0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, MAX_CODE_POINT)):
+            _utf8_split(max(lo, a), min(hi, b), out)
+    return tuple(out)
+
+
+def _range_mask(lo: int, hi: int) -> int:
+    return ((1 << (hi + 1)) - 1) ^ ((1 << lo) - 1)
+
+
+def _byteset_mask(ranges) -> int:
+    mask = 0
+    for lo, hi in ranges:
+        if not (0 <= lo <= hi <= 255):
+            raise GrammarError(f"bad byte range {lo}-{hi}")
+        mask |= _range_mask(lo, hi)
+    return mask
+
+
+# ---------------------------------------------------------------------------
+# IR -> NFA
+
+
+def recursive_rules(rules: dict[str, Node]) -> set[str]:
+    """Names of rules that can reach themselves through references (Tarjan's SCC)."""
+    graph = {name: sorted(set(_references_list(node)) & rules.keys()) for name, node in rules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    result: set[str] = set()
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            name, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph[child])))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[name] = min(low[name], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[name])
+            if low[name] == index[name]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == name:
+                        break
+                if len(component) > 1 or name in graph[name]:
+                    result.update(component)
+    return result
+
+
+class _Nfa:
+    """Flat arrays describing NFA positions (see the ``_BYTE`` .. ``_EX_EXIT`` kinds)."""
+
+    def __init__(self) -> None:
+        self.kind: list[int] = []
+        self.mask: list[int] = []  # consumed bytes as a 256-bit int (consuming kinds)
+        self.out: list = []  # successor; list of targets for _EPS
+        self.arg: list[int] = []  # rule index (_CALL/_END), except id (_EX_*, tagged _BYTE), else -1
+        self.owner: list[int] = []  # called rule whose body holds the position (-1: top level)
+        self.rule_names: list[str] = []
+        self.rule_start: list[int] = []
+        self.except_strings: list[tuple[bytes, ...]] = []
+        self.except_limit: list[int | None] = []
+        self.intersections: list[_Product] = []
+        self.root = -1
+        self.useful: list[bool] = []
+        self.may_dead_end = False  # something matching nothing was emitted
+        self._reverse: _ReverseGraph | None = None
+        self.has_any = False
+        self.has_calls = False
+
+    def add(self, kind: int, mask: int, out, arg: int, owner: int) -> int:
+        self.kind.append(kind)
+        self.mask.append(mask)
+        self.out.append(out)
+        self.arg.append(arg)
+        self.owner.append(owner)
+        if len(self.kind) > MAX_NFA_POSITIONS:
+            raise self.too_large()
+        return len(self.kind) - 1
+
+    def reverse_graph(self) -> "_ReverseGraph":
+        if self._reverse is None:
+            self._reverse = _ReverseGraph(self)
+        return self._reverse
+
+    @staticmethod
+    def too_large() -> GrammarError:
+        return GrammarError(
+            f"grammar too large: more than {MAX_NFA_POSITIONS} automaton positions "
+            "(large repetition counts multiply the size of what they repeat)"
+        )
+
+
+class _NfaBuilder:
+    def __init__(self, rules: dict[str, Node], start: str) -> None:
+        self.rules = rules
+        self.nfa = _Nfa()
+        self.recursive = recursive_rules(rules)
+        self.called = self._choose_called_rules()
+        self.rule_index: dict[str, int] = {}
+        self.pending: list[tuple[int, str]] = []
+        self.owner = -1
+        self.rule = start
+
+    # -- which rules are called instead of inlined ---------------------------------
+    def _choose_called_rules(self) -> set[str]:
+        called = set(self.recursive)
+        self.sizes: dict[str, int] = {}
+        ref_counts: dict[str, int] = {}
+        for node in self.rules.values():
+            for name in _references_list(node):
+                ref_counts[name] = ref_counts.get(name, 0) + 1
+        self.called = called
+        for name in self.rules:
+            if name not in called and ref_counts.get(name, 0) > 1 and self.rule_size(name) > INLINE_LIMIT:
+                called.add(name)
+                self.sizes.clear()
+        return called
+
+    def size(self, node: Node) -> int:
+        """Estimated number of NFA positions ``node`` expands to (rules inlined where they will be)."""
+        t = type(node)
+        if t is Bytes:
+            return len(node.value) + 1
+        if t is Seq or t is Alt or t is Intersect:
+            return 1 + sum(self.size(item) for item in node.items)
+        if t is Repeat:
+            copies = node.min + (1 if node.max is None else node.max - node.min)
+            return 1 + self.size(node.item) * max(copies, 1)
+        if t is Ref:
+            return 1 if node.name in self.called else self.rule_size(node.name)
+        if t is CharSet:
+            return 8
+        return 4
+
+    def rule_size(self, name: str) -> int:
+        if name not in self.sizes:
+            self.sizes[name] = 1  # guards against cycles; recursive rules are called anyway
+            self.sizes[name] = self.size(self.rules[name])
+        return self.sizes[name]
+
+    # -- emitting -------------------------------------------------------------------
+    def build(self, start: str) -> _Nfa:
+        nfa = self.nfa
+        estimate = self.size(Ref(start)) + sum(self.rule_size(name) for name in self.called)
+        if estimate > MAX_NFA_POSITIONS:
+            raise nfa.too_large()
+        accept = nfa.add(_ACCEPT, 0, None, -1, -1)
+        nfa.root = self.emit(Ref(start), accept)
+        while self.pending:
+            index, name = self.pending.pop()
+            self.owner, self.rule = index, name
+            end = nfa.add(_END, 0, None, index, index)
+            nfa.rule_start[index] = self.emit(self.rules[name], end)
+        if nfa.may_dead_end or nfa.intersections:
+            nfa.useful = _co_accessible(nfa, nfa.reverse_graph())
+        else:
+            nfa.useful = [True] * len(nfa.kind)
+        return nfa
+
+    def _new(self, kind: int, mask: int = 0, out=None, arg: int = -1) -> int:
+        return self.nfa.add(kind, mask, out, arg, self.owner)
+
+    def _nothing(self) -> int:
+        self.nfa.may_dead_end = True
+        return self._new(_EPS, out=[])
+
+    def emit(self, node: Node, nxt: int) -> int:
+        t = type(node)
+        if t is Bytes:
+            for b in reversed(node.value):
+                nxt = self._new(_BYTE, 1 << b, nxt)
+            return nxt
+        if t is ByteSet:
+            mask = _byteset_mask(node.ranges)
+            return self._new(_BYTE, mask, nxt) if mask else self._nothing()
+        if t is CharSet:
+            return self._emit_sequences(utf8_sequences(node.ranges, node.negated), nxt, -1)
+        if t is Seq:
+            for item in reversed(node.items):
+                nxt = self.emit(item, nxt)
+            return nxt
+        if t is Alt:
+            if not node.items:
+                return self._nothing()
+            return self._new(_EPS, out=[self.emit(item, nxt) for item in node.items])
+        if t is Repeat:
+            return self._emit_repeat(node, nxt)
+        if t is Ref:
+            return self._emit_ref(node.name, nxt)
+        if t is AnyToken:
+            self.nfa.has_any = True
+            inside = self._new(_ANY_INSIDE, _ALL_BYTES, None, nxt)
+            self.nfa.out[inside] = inside
+            return self._new(_ANY_START, _ALL_BYTES, inside)
+        if t is Except:
+            return self._emit_except(node, nxt)
+        if t is Intersect:
+            return self._emit_intersect(node, nxt)
+        raise GrammarError(f"not a grammar node: {node!r}", rule=self.rule)
+
+    def _emit_repeat(self, node: Repeat, nxt: int) -> int:
+        lo, hi = node.min, node.max
+        if lo < 0 or (hi is not None and hi < lo):
+            raise GrammarError(f"bad repetition bounds {{{lo},{hi}}}", rule=self.rule)
+        if hi is None:
+            hub = self._new(_EPS, out=[])
+            body = self.emit(node.item, hub)
+            self.nfa.out[hub].extend((body, nxt))
+            entry = hub if lo == 0 else body
+            lo = max(lo - 1, 0)
+        else:
+            entry = nxt
+            for _ in range(hi - lo):
+                entry = self._new(_EPS, out=[self.emit(node.item, entry), nxt])
+        for _ in range(lo):
+            entry = self.emit(node.item, entry)
+        return entry
+
+    def _emit_ref(self, name: str, nxt: int) -> int:
+        if name not in self.rules:
+            raise GrammarError(f"undefined rule {name!r}", rule=self.rule)
+        if name in self.called:
+            index = self.rule_index.get(name)
+            if index is None:
+                index = self.rule_index[name] = len(self.nfa.rule_names)
+                self.nfa.rule_names.append(name)
+                self.nfa.rule_start.append(-1)
+                self.pending.append((index, name))
+                self.nfa.has_calls = True
+            return self._new(_CALL, 0, nxt, index)
+        outer = self.rule
+        self.rule = name
+        try:
+            return self.emit(self.rules[name], nxt)
+        finally:
+            self.rule = outer
+
+    def _emit_sequences(self, sequences, nxt: int, tag: int) -> int:
+        if not sequences:
+            return self._nothing()
+        memo: dict = {}
+
+        def chain(suffix) -> int:
+            found = memo.get(suffix)
+            if found is None:
+                follow = chain(suffix[1:]) if len(suffix) > 1 else nxt
+                lo, hi = suffix[0]
+                found = memo[suffix] = self._new(_BYTE, _range_mask(lo, hi), follow, tag)
+            return found
+
+        heads = [chain(seq) for seq in sequences]
+        return heads[0] if len(heads) == 1 else self._new(_EPS, out=heads)
+
+    def _emit_except(self, node: Except, nxt: int) -> int:
+        strings = tuple(bytes(s) for s in node.strings)
+        if not strings or any(not s for s in strings):
+            raise GrammarError("except! needs at least one non-empty string", rule=self.rule)
+        if node.max_tokens is not None and node.max_tokens < 0:
+            raise GrammarError("except! token limit must be non-negative", rule=self.rule)
+        nfa = self.nfa
+        eid = len(nfa.except_strings)
+        nfa.except_strings.append(strings)
+        nfa.except_limit.append(node.max_tokens)
+        hub = self._new(_EPS, out=[])
+        leave = self._new(_EX_EXIT, 0, nxt, eid)
+        char = self._emit_sequences(utf8_sequences((), True), hub, eid)
+        nfa.out[hub].extend((char, leave))
+        return self._new(_EX_ENTER, 0, hub, eid)
+
+    def _emit_intersect(self, node: Intersect, nxt: int) -> int:
+        if not node.items:
+            raise GrammarError("intersection of nothing", rule=self.rule)
+        parts = tuple(self._operand(item) for item in node.items)
+        index = len(self.nfa.intersections)
+        self.nfa.intersections.append(_Product(parts))
+        inside = self._new(_ISECT, _ALL_BYTES, index, nxt)
+        return self._new(_ISECT_ENTER, 0, inside, index)
+
+    def _operand(self, item: Node) -> "ByteAutomaton":
+        uses_rules = bool(_references_list(item))
+        if not uses_rules:
+            found = _operand_cache.get(item)
+            if found is not None:
+                return found
+        sub_rules = dict(self.rules) if uses_rules else {}
+        sub_rules["\0operand"] = item
+        sub = _NfaBuilder(sub_rules, "\0operand").build("\0operand")
+        if sub.has_calls or sub.has_any or sub.except_strings:
+            raise GrammarError("intersected expressions must be regular (no recursion, any! or except!)", rule=self.rule)
+        automaton = ByteAutomaton(sub, text_mode=True)
+        if not uses_rules:
+            _operand_cache[item] = automaton
+            while len(_operand_cache) > OPERAND_CACHE_SIZE:
+                _operand_cache.pop(next(iter(_operand_cache)))
+        return automaton
+
+
+#: Compiled intersection operands shared between grammars (insertion-ordered, oldest evicted).
+OPERAND_CACHE_SIZE = 256
+_operand_cache: dict[Node, "ByteAutomaton"] = {}
+
+
+class _Product:
+    """Regular automata run in lockstep; remembers which state tuples can still finish together."""
+
+    def __init__(self, parts: tuple["ByteAutomaton", ...]) -> None:
+        self.parts = parts
+        self.initial = tuple(part.initial for part in parts)
+        self._live: dict[tuple, bool] = {}
+
+    def accepting(self, states: tuple) -> bool:
+        return all(part.is_accepting(s) for part, s in zip(self.parts, states))
+
+    def step(self, states: tuple, byte: int):
+        result = []
+        for part, s in zip(self.parts, states):
+            nxt = part.step(s, byte)
+            if nxt < 0:
+                return None
+            result.append(nxt)
+        result = tuple(result)
+        return result if self.live(result) else None
+
+    def _successors(self, states: tuple) -> list[tuple]:
+        rows = np.stack([part.row(s) for part, s in zip(self.parts, states)])
+        columns = rows[:, np.all(rows >= 0, axis=0)]
+        if not columns.shape[1]:
+            return []
+        key = columns[0].astype(np.int64)
+        for row in columns[1:]:
+            _, key = np.unique(key * (MAX_CONFIGS + 1) + row, return_inverse=True)
+        _, first = np.unique(key, return_index=True)
+        return [tuple(column) for column in columns[:, first].T.tolist()]
+
+    def live(self, states: tuple) -> bool:
+        """Whether some byte string takes every operand from ``states`` to acceptance."""
+        known = self._live.get(states)
+        if known is not None:
+            return known
+        seen = {states}
+        frontier = [states]
+        while frontier:
+            following = []
+            for current in frontier:
+                if self._live.get(current) or self.accepting(current):
+                    self._live[states] = True
+                    return True
+                for nxt in self._successors(current):
+                    if nxt not in seen and self._live.get(nxt) is not False:
+                        seen.add(nxt)
+                        following.append(nxt)
+            if len(seen) > MAX_PRODUCT_STATES:
+                raise GrammarError(f"intersection too large (more than {MAX_PRODUCT_STATES} states to explore)")
+            frontier = following
+        for dead in seen:  # everything reachable was explored: none of it can finish
+            self._live[dead] = False
+        return False
+
+    def min_bytes(self, states: tuple) -> int:
+        return max(part.min_bytes_to_accept(s) for part, s in zip(self.parts, states))
+
+    def masks(self) -> set[int]:
+        found = set()
+        for part in self.parts:
+            found |= part.consumed_masks()
+        return found
+
+
+class _ReverseGraph:
+    """Edges of an NFA pointing backwards, with the bytes each edge consumes (0 or 1)."""
+
+    def __init__(self, nfa: _Nfa) -> None:
+        kind, out, arg = nfa.kind, nfa.out, nfa.arg
+        n = len(kind)
+        self.predecessors: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.calls_returning_to: list[list[int]] = [[] for _ in range(n)]
+        self.calls_of_rule: list[list[int]] = [[] for _ in nfa.rule_start]
+        self.rule_starting_at = {start: index for index, start in enumerate(nfa.rule_start)}
+        self.ends = [p for p in range(n) if kind[p] == _END or kind[p] == _ACCEPT]
+        predecessors = self.predecessors
+        for p in range(n):
+            k = kind[p]
+            if k == _EPS:
+                for q in out[p]:
+                    predecessors[q].append((p, 0))
+            elif k == _BYTE or k == _ANY_START:
+                predecessors[out[p]].append((p, 1))
+            elif k == _EX_ENTER or k == _EX_EXIT or k == _ISECT_ENTER:
+                predecessors[out[p]].append((p, 0))
+            elif k == _ANY_INSIDE or k == _ISECT:
+                predecessors[arg[p]].append((p, 0))
+            elif k == _CALL:
+                self.calls_returning_to[out[p]].append(p)
+                self.calls_of_rule[arg[p]].append(p)
+
+
+def _co_accessible(nfa: _Nfa, graph: _ReverseGraph) -> list[bool]:
+    """Positions from which the end of their rule can be reached.
+
+    Pieces that match nothing (an empty class after a multi-byte character, an empty
+    intersection) leave positions that lead nowhere; dropping them keeps every live
+    configuration finishable.
+    """
+    kind, out, arg = nfa.kind, nfa.out, nfa.arg
+    useful = [False] * len(kind)
+    rule_done = [False] * len(nfa.rule_start)
+    work = list(graph.ends)
+    for p in work:
+        useful[p] = True
+    while work:
+        q = work.pop()
+        candidates = [p for p, _cost in graph.predecessors[q]]
+        candidates.extend(c for c in graph.calls_returning_to[q] if rule_done[arg[c]])
+        rule = graph.rule_starting_at.get(q)
+        if rule is not None and not rule_done[rule]:
+            rule_done[rule] = True
+            candidates.extend(c for c in graph.calls_of_rule[rule] if useful[out[c]])
+        for p in candidates:
+            if useful[p]:
+                continue
+            if kind[p] == _ISECT:
+                product = nfa.intersections[out[p]]
+                if not product.live(product.initial):
+                    continue
+            useful[p] = True
+            work.append(p)
+    return useful
+
+
+def _references_list(node: Node) -> list[str]:
+    out: list[str] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        t = type(n)
+        if t is Ref:
+            out.append(n.name)
+        elif t is Seq or t is Alt or t is Intersect:
+            stack.extend(n.items)
+        elif t is Repeat:
+            stack.append(n.item)
+    return out
+
+
+def build_nfa(rules: dict[str, Node], start: str) -> _Nfa:
+    return _NfaBuilder(rules, start).build(start)
+
+
+# ---------------------------------------------------------------------------
+# Lazy determinisation
+
+
+class ByteAutomaton:
+    """A lazily determinised byte automaton; configurations are interned ``int`` ids.
+
+    ``text_mode=True`` builds the variant used for whole-string checks: ``any!`` is any
+    non-empty byte string and ``except!`` token limits are ignored (there are no tokens).
+    """
+
+    def __init__(self, nfa: _Nfa, *, text_mode: bool = False) -> None:
+        self._nfa = nfa
+        self._text_mode = text_mode
+        self.has_token_hooks = not text_mode and (
+            nfa.has_any or any(limit is not None for limit in nfa.except_limit)
+        )
+        self._local: dict[int, tuple[int, ...]] = {}
+        self._configs: list[frozenset] = []
+        self._index: dict[frozenset, int] = {}
+        self._accepting: list[bool] = []
+        self._callers: list[dict | None] = []
+        self._closures: dict = {}
+        self._boundary: dict[int, int] = {}
+        self._after_any: dict[int, int] = {}
+        self._table = np.full((64, 256), _UNKNOWN, dtype=np.int32)
+        # Reads of computed rows need no lock; building new configurations does.
+        self._lock = threading.RLock()
+        self._min_bytes: dict[int, int] = {}
+        self._heuristic_data = None
+        self._prepare_classes()
+        self.initial = self._close([(nfa.root, None, None, None)], True)
+        if self.initial == DEAD:
+            # Rule checks already exclude unproductive rules; this is what they cannot
+            # see: intersections without a common string, classes that match nothing.
+            raise GrammarError("the grammar matches nothing (an intersection or a class is empty)")
+
+    # -- byte classes -----------------------------------------------------------------
+    def _prepare_classes(self) -> None:
+        nfa = self._nfa
+        masks = self.consumed_masks()
+        for strings in nfa.except_strings:
+            for s in strings:
+                masks.update(1 << b for b in s)
+        masks.discard(_ALL_BYTES)
+        ordered = list(masks)
+        class_of_byte = np.zeros(256, dtype=np.intp)
+        representative = [0]
+        classes_by_mask: dict[int, tuple[int, ...]] = {}
+        if ordered:
+            packed = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in ordered), dtype=np.uint8)
+            bits = np.unpackbits(packed.reshape(len(ordered), 32), axis=1, bitorder="little")
+            signatures = np.packbits(bits.T, axis=1)  # one row of membership bits per byte
+            ids: dict[bytes, int] = {}
+            representative = []
+            for b, signature in enumerate(map(bytes, signatures)):
+                found = ids.get(signature)
+                if found is None:
+                    found = ids[signature] = len(representative)
+                    representative.append(b)
+                class_of_byte[b] = found
+            member = bits[:, representative].astype(bool)
+            for mask, row in zip(ordered, member):
+                classes_by_mask[mask] = tuple(np.flatnonzero(row).tolist())
+        classes_by_mask[_ALL_BYTES] = tuple(range(len(representative)))
+        self._class_of_byte = class_of_byte
+        self._num_classes = len(representative)
+        self._representative = representative
+        self._classes_of = {
+            p: classes_by_mask[mask]
+            for p, (kind, mask) in enumerate(zip(nfa.kind, nfa.mask))
+            if mask and kind in _CONSUMING
+        }
+
+    # -- closure ----------------------------------------------------------------------
+    def _local_closure(self, p: int) -> tuple[int, ...]:
+        """Non-epsilon positions reachable from ``p`` through epsilon positions."""
+        found = self._local.get(p)
+        if found is not None:
+            return found
+        kind, out, useful = self._nfa.kind, self._nfa.out, self._nfa.useful
+        seen = {p}
+        stack = [p]
+        result = []
+        while stack:
+            q = stack.pop()
+            if kind[q] == _EPS:
+                for r in out[q]:
+                    if r not in seen and useful[r]:
+                        seen.add(r)
+                        stack.append(r)
+            elif useful[q]:
+                result.append(q)
+        found = self._local[p] = tuple(result)
+        return found
+
+    def _close(self, kernel, at_boundary: bool) -> int:
+        if not kernel:
+            return DEAD
+        key = (frozenset(kernel), at_boundary)
+        cid = self._closures.get(key)
+        if cid is not None:
+            return cid
+        nfa = self._nfa
+        kind, out, arg = nfa.kind, nfa.out, nfa.arg
+        text_mode = self._text_mode
+        any_token_state = None if (at_boundary or text_mode) else PENDING
+        items: set = set()
+        seen: set = set()
+        work = list(key[0])
+        callers_self: dict = {}
+        completed_self: dict = {}
+        while work:
+            item = work.pop()
+            if item in seen:
+                continue
+            seen.add(item)
+            p, o, w, t = item
+            for q in self._local_closure(p):
+                k = kind[q]
+                if k == _BYTE or k == _ACCEPT:
+                    items.add((q, o, w, t))
+                elif k == _CALL:
+                    caller = (q, o, w, t)
+                    if caller in items:
+                        continue
+                    items.add(caller)
+                    rule = arg[q]
+                    callers_self.setdefault((rule, w), []).append(caller)
+                    work.append((nfa.rule_start[rule], (SELF, w), w, None))
+                    for done in completed_self.get((rule, w), ()):
+                        work.append((out[q], o, done, t))
+                elif k == _END:
+                    origin_config, call_watch = o
+                    rule = arg[q]
+                    if origin_config == SELF:
+                        done = completed_self.setdefault((rule, call_watch), set())
+                        if w in done:
+                            continue
+                        done.add(w)
+                        for cq, co, _cw, ct in callers_self.get((rule, call_watch), ()):
+                            work.append((out[cq], co, w, ct))
+                    else:
+                        for ret, co, ct in self._callers[origin_config].get((rule, call_watch), ()):
+                            work.append((ret, co, w, ct))
+                elif k == _ANY_START:
+                    items.add((q, o, w, any_token_state))
+                elif k == _ANY_INSIDE:
+                    items.add((q, o, w, None))
+                    if text_mode:
+                        work.append((arg[q], o, w, None))
+                elif k == _EX_ENTER:
+                    limited = not text_mode and nfa.except_limit[arg[q]] is not None
+                    work.append((out[q], o, w, (0, False) if limited else None))
+                elif k == _ISECT_ENTER:
+                    product = nfa.intersections[arg[q]]
+                    if product.live(product.initial):
+                        work.append((out[q], o, w, product.initial))
+                elif k == _ISECT:
+                    items.add((q, o, w, t))
+                    if nfa.intersections[out[q]].accepting(t):
+                        work.append((arg[q], o, w, None))
+                else:  # _EX_EXIT
+                    work.append((out[q], o, w, None))
+            if len(items) > MAX_ITEMS_PER_CONFIG:
+                raise GrammarError(
+                    f"parse state too large (more than {MAX_ITEMS_PER_CONFIG} items): "
+                    "the grammar is too ambiguous for this input"
+                )
+        cid = self._intern(frozenset(items)) if items else DEAD
+        self._closures[key] = cid
+        return cid
+
+    def _intern(self, items: frozenset) -> int:
+        cid = self._index.get(items)
+        if cid is not None:
+            return cid
+        cid = len(self._configs)
+        if cid >= MAX_CONFIGS:
+            raise GrammarError(
+                f"automaton too large (more than {MAX_CONFIGS} parse states): the grammar is too "
+                "ambiguous or the input nests too deeply"
+            )
+        nfa = self._nfa
+        kind, out, arg = nfa.kind, nfa.out, nfa.arg
+        self._configs.append(items)
+        self._index[items] = cid
+        accepting = False
+        callers = None
+        for p, o, w, t in items:
+            k = kind[p]
+            if k == _ACCEPT:
+                accepting = True
+            elif k == _CALL:
+                if callers is None:
+                    callers = {}
+                if o is not None and o[0] == SELF:
+                    o = (cid, o[1])
+                callers.setdefault((arg[p], w), []).append((out[p], o, t))
+        self._accepting.append(accepting)
+        self._callers.append(callers)
+        if cid >= self._table.shape[0]:
+            grown = np.full((self._table.shape[0] * 2, 256), _UNKNOWN, dtype=np.int32)
+            grown[: self._table.shape[0]] = self._table
+            self._table = grown
+        return cid
+
+    # -- transitions ------------------------------------------------------------------
+    def _compute_row(self, cid: int) -> None:
+        with self._lock:
+            if self._table[cid, 0] == _UNKNOWN:
+                self._compute_row_locked(cid)
+
+    def _compute_row_locked(self, cid: int) -> None:
+        nfa = self._nfa
+        kind, out, arg = nfa.kind, nfa.out, nfa.arg
+        classes_of = self._classes_of
+        kernels: dict[int, list] = {}
+        for item in self._configs[cid]:
+            p, o, w, t = item
+            classes = classes_of.get(p)
+            if classes is None:
+                continue
+            if o is not None and o[0] == SELF:
+                o = (cid, o[1])
+            k = kind[p]
+            if k == _ISECT:
+                product = nfa.intersections[out[p]]
+                for c in classes:
+                    byte = self._representative[c]
+                    states = product.step(t, byte)
+                    if states is None:
+                        continue
+                    if w is None:
+                        kernels.setdefault(c, []).append((p, o, None, states))
+                    else:
+                        scanned = self._scan_special(p, o, w, states, byte)
+                        if scanned is not None:
+                            kernels.setdefault(c, []).append((p, o, scanned[2], states))
+                continue
+            if k == _ANY_START:
+                if t is PENDING:
+                    continue
+                scanned = (out[p], o, w, None)
+                if w is None:
+                    for c in classes:
+                        kernels.setdefault(c, []).append(scanned)
+                    continue
+            elif w is None and (arg[p] < 0 or k == _ANY_INSIDE):
+                scanned = (out[p], o, None, t)
+                for c in classes:
+                    kernels.setdefault(c, []).append(scanned)
+                continue
+            for c in classes:
+                scanned = self._scan_special(p, o, w, t, self._representative[c])
+                if scanned is not None:
+                    kernels.setdefault(c, []).append(scanned)
+        successors = np.full(self._num_classes, DEAD, dtype=np.int32)
+        for c, kernel in kernels.items():
+            successors[c] = self._close(kernel, False)
+        self._table[cid] = successors[self._class_of_byte]
+
+    def _scan_special(self, p: int, o, w, t, byte: int):
+        """Scan one byte at an ``except!`` position or with pending exclusions."""
+        nfa = self._nfa
+        eid = nfa.arg[p] if nfa.kind[p] == _BYTE else -1
+        if t is not None and t is not PENDING and eid >= 0:
+            used, touched = t
+            if not touched:
+                if used >= nfa.except_limit[eid]:
+                    return None
+                t = (used, True)
+        watch = []
+        if w:
+            for watch_eid, i, matched in w:
+                s = nfa.except_strings[watch_eid][i]
+                if s[matched] == byte:
+                    if matched + 1 == len(s):
+                        return None
+                    watch.append((watch_eid, i, matched + 1))
+        if eid >= 0:
+            for i, s in enumerate(nfa.except_strings[eid]):
+                if s[0] == byte:
+                    if len(s) == 1:
+                        return None
+                    watch.append((eid, i, 1))
+        if nfa.kind[p] == _ANY_START:
+            t = None
+        return (nfa.out[p], o, frozenset(watch) if watch else None, t)
+
+    def row(self, config: int) -> np.ndarray:
+        """The successor of ``config`` for every byte (a read-only view)."""
+        if self._table[config, 0] == _UNKNOWN:
+            self._compute_row(config)
+        view = self._table[config]
+        view.flags.writeable = False
+        return view
+
+    def step(self, config: int, byte: int) -> int:
+        if config < 0:
+            return DEAD
+        nxt = int(self._table[config, byte])
+        if nxt == _UNKNOWN:
+            self._compute_row(config)
+            nxt = int(self._table[config, byte])
+        return nxt
+
+    def step_bytes(self, config: int, data: bytes) -> int:
+        """The configuration after ``data`` (no token boundaries in between)."""
+        for b in data:
+            if config < 0:
+                return DEAD
+            nxt = int(self._table[config, b])
+            if nxt == _UNKNOWN:
+                self._compute_row(config)
+                nxt = int(self._table[config, b])
+            config = nxt
+        return config
+
+    def step_many(self, configs, bytes_) -> np.ndarray:
+        """Vectorised ``step`` over arrays of configurations and bytes (broadcast together)."""
+        configs = np.asarray(configs, dtype=np.int32)
+        bytes_ = np.asarray(bytes_, dtype=np.uint8)
+        if configs.shape != bytes_.shape:
+            configs, bytes_ = np.broadcast_arrays(configs, bytes_)
+        if configs.size == 0:
+            return np.zeros(configs.shape, dtype=np.int32)
+        if configs.min() >= 0:
+            found = self._table[configs, bytes_]
+            missing = found == _UNKNOWN
+            if missing.any():
+                for config in np.unique(configs[missing]).tolist():
+                    self._compute_row(config)
+                found = self._table[configs, bytes_]
+            return found
+        result = np.full(configs.shape, DEAD, dtype=np.int32)
+        live = configs >= 0
+        result[live] = self.step_many(configs[live], bytes_[live])
+        return result
+
+    # -- queries ----------------------------------------------------------------------
+    def is_accepting(self, config: int) -> bool:
+        return config >= 0 and self._accepting[config]
+
+    def next_bytes(self, config: int) -> bytes:
+        if config < 0:
+            return b""
+        return bytes(np.nonzero(self.row(config) >= 0)[0].tolist())
+
+    def can_continue(self, config: int) -> bool:
+        if config < 0:
+            return False
+        return bool((self.row(config) >= 0).any()) or self.after_any_token(config) != DEAD
+
+    def consumed_masks(self) -> set[int]:
+        """Byte sets (as 256-bit ints) that some position of this automaton consumes."""
+        nfa = self._nfa
+        found = {m for m, k in zip(nfa.mask, nfa.kind) if k in _CONSUMING and m}
+        for product in nfa.intersections:
+            found |= product.masks()
+        return found
+
+    @property
+    def num_configs(self) -> int:
+        return len(self._configs)
+
+    # -- token-level hooks ------------------------------------------------------------
+    def on_token_boundary(self, config: int) -> int:
+        """The configuration once the current token is complete.
+
+        Finishes ``any!`` tokens, lets ``any!`` start again, and counts the token for
+        every ``except!(.., n)`` region that consumed bytes of it. Never returns DEAD
+        for a live configuration.
+        """
+        if not self.has_token_hooks or config < 0:
+            return config
+        found = self._boundary.get(config)
+        if found is not None:
+            return found
+        with self._lock:
+            return self._on_token_boundary_locked(config)
+
+    def _on_token_boundary_locked(self, config: int) -> int:
+        nfa = self._nfa
+        kind, arg = nfa.kind, nfa.arg
+        kernel = []
+        changed = False
+        for item in self._configs[config]:
+            p, o, w, t = item
+            k = kind[p]
+            if k == _ANY_INSIDE:
+                kernel.append((arg[p], o, w, None))
+                changed = True
+            elif t is PENDING:
+                kernel.append((p, o, w, None))
+                changed = True
+            elif t is not None and t[1]:
+                kernel.append((p, o, w, (t[0] + 1, False)))
+                changed = True
+            else:
+                kernel.append(item)
+        result = self._close(kernel, True) if changed else config
+        self._boundary[config] = result
+        return result
+
+    def after_any_token(self, config: int) -> int:
+        """The configuration after one whole ``any!`` token taken at a token boundary (DEAD if none)."""
+        if config < 0 or not self._nfa.has_any:
+            return DEAD
+        found = self._after_any.get(config)
+        if found is not None:
+            return found
+        with self._lock:
+            return self._after_any_token_locked(config)
+
+    def _after_any_token_locked(self, config: int) -> int:
+        nfa = self._nfa
+        kernel = []
+        for p, o, w, t in self._configs[config]:
+            if nfa.kind[p] == _ANY_START and (t is None or self._text_mode):
+                if o is not None and o[0] == SELF:
+                    o = (config, o[1])
+                kernel.append((nfa.arg[nfa.out[p]], o, w, None))
+        result = self._close(kernel, True)
+        self._after_any[config] = result
+        return result
+
+    # -- shortest completions ---------------------------------------------------------
+    def _heuristic_tables(self):
+        """Static lower bounds: bytes from each NFA position to the end of its rule.
+
+        One Dijkstra pass backwards from rule ends; a call edge costs the callee's own
+        minimum, which is final once the callee's start position is settled (Knuth's
+        generalisation of Dijkstra to grammars), so no outer fixpoint is needed.
+        """
+        if self._heuristic_data is not None:
+            return self._heuristic_data
+        nfa = self._nfa
+        graph = nfa.reverse_graph()
+        inf = float("inf")
+        dist = [inf] * len(nfa.kind)
+        settled = [False] * len(nfa.kind)
+        rule_min = [inf] * len(nfa.rule_start)
+        heap = [(0, p) for p in graph.ends]
+        for p in graph.ends:
+            dist[p] = 0
+        arg, out = nfa.arg, nfa.out
+        while heap:
+            d, q = heapq.heappop(heap)
+            if settled[q]:
+                continue
+            settled[q] = True
+            candidates = [(p, d + cost) for p, cost in graph.predecessors[q]]
+            for call in graph.calls_returning_to[q]:
+                candidates.append((call, rule_min[arg[call]] + d))
+            rule = graph.rule_starting_at.get(q)
+            if rule is not None and rule_min[rule] == inf:
+                rule_min[rule] = d
+                candidates.extend((call, d + dist[out[call]]) for call in graph.calls_of_rule[rule] if settled[out[call]])
+            for p, nd in candidates:
+                if nd < dist[p]:
+                    dist[p] = nd
+                    heapq.heappush(heap, (nd, p))
+        self._heuristic_data = (dist, {})
+        return self._heuristic_data
+
+    def _lower_bound(self, config: int) -> float:
+        dist, continuation = self._heuristic_tables()
+        owner = self._nfa.owner
+        best = float("inf")
+        kind, out = self._nfa.kind, self._nfa.out
+        for p, o, _w, t in self._configs[config]:
+            cost = dist[p]
+            if kind[p] == _ISECT:
+                cost += self._nfa.intersections[out[p]].min_bytes(t)
+            if o is not None and cost < best:
+                origin_config = config if o[0] == SELF else o[0]
+                table = self._continuation_table(origin_config, continuation, dist)
+                cost += table.get((owner[p], o[1]), float("inf"))
+            best = min(best, cost)
+        return best
+
+    def _continuation_table(self, config: int, memo: dict, dist) -> dict:
+        """Lower bounds on the bytes needed after rule ``(rule, call_watch)`` returns to ``config``.
+
+        Origins always name older configurations (smaller ids) or the configuration
+        itself, so tables are built oldest first without recursion, and the
+        self-references (left recursion, nullable rules) are solved with Dijkstra.
+        """
+        found = memo.get(config)
+        if found is not None:
+            return found
+        needed = []
+        stack = [config]
+        seen = {config}
+        while stack:
+            current = stack.pop()
+            needed.append(current)
+            for entries in (self._callers[current] or {}).values():
+                for _ret, o, _t in entries:
+                    if o is not None and o[0] != current and o[0] not in seen and o[0] not in memo:
+                        seen.add(o[0])
+                        stack.append(o[0])
+        owner = self._nfa.owner
+        inf = float("inf")
+        for current in sorted(needed):
+            best: dict = {}
+            internal: dict = {}
+            for key, entries in (self._callers[current] or {}).items():
+                for ret, o, _t in entries:
+                    if o is None:
+                        base = dist[ret]
+                    elif o[0] == current:
+                        internal.setdefault((owner[ret], o[1]), []).append((key, dist[ret]))
+                        continue
+                    else:
+                        base = dist[ret] + memo[o[0]].get((owner[ret], o[1]), inf)
+                    if base < best.get(key, inf):
+                        best[key] = base
+            heap = [(cost, index, key) for index, (key, cost) in enumerate(best.items())]
+            heapq.heapify(heap)
+            counter = len(heap)
+            done: set = set()
+            while heap:
+                cost, _i, key = heapq.heappop(heap)
+                if key in done:
+                    continue
+                done.add(key)
+                for dependent, step in internal.get(key, ()):
+                    if cost + step < best.get(dependent, inf):
+                        best[dependent] = cost + step
+                        counter += 1
+                        heapq.heappush(heap, (cost + step, counter, dependent))
+            memo[current] = best
+        return memo[config]
+
+    def _successors(self, config: int):
+        row = self.row(config)
+        live = np.nonzero(row >= 0)[0]
+        if live.size:
+            targets, first = np.unique(row[live], return_index=True)
+            for target, index in zip(targets.tolist(), first.tolist()):
+                yield target, int(live[index]), 1
+        if self.has_token_hooks:
+            boundary = self.on_token_boundary(config)
+            if boundary != config:
+                yield boundary, None, 0
+
+    def shortest_completion(self, config: int) -> bytes:
+        """A shortest byte string that leads from ``config`` to an accepting configuration.
+
+        Token boundaries are assumed wherever ``any!`` needs one. Raises ``ValueError``
+        for DEAD or for a configuration from which nothing can be completed.
+        """
+        if config < 0:
+            raise ValueError("no completion from the dead configuration")
+        if self.is_accepting(config):
+            return b""
+        with self._lock:
+            return self._shortest_completion_locked(config)
+
+    def _shortest_completion_locked(self, config: int) -> bytes:
+        counter = 0
+        best = {config: 0}
+        parent: dict[int, tuple[int, int | None]] = {}
+        heap = [(self._lower_bound(config), 0, counter, config)]
+        expansions = 0
+        while heap:
+            _f, g, _c, current = heapq.heappop(heap)
+            if g > best.get(current, g):
+                continue
+            if self.is_accepting(current):
+                return self._record_path(config, current, parent)
+            expansions += 1
+            if expansions > MAX_SEARCH_EXPANSIONS:
+                raise GrammarError("search for a shortest completion exceeded its limit")
+            for target, byte, cost in self._successors(current):
+                ng = g + cost
+                if ng < best.get(target, float("inf")):
+                    best[target] = ng
+                    parent[target] = (current, byte)
+                    h = self._lower_bound(target)
+                    if h == float("inf"):
+                        continue
+                    counter += 1
+                    heapq.heappush(heap, (ng + h, ng, counter, target))
+        raise ValueError("no completion exists from this configuration")
+
+    def _record_path(self, start: int, end: int, parent) -> bytes:
+        path = []
+        configs = [end]
+        node = end
+        while node != start:
+            prev, byte = parent[node]
+            if byte is not None:
+                path.append(byte)
+            node = prev
+            configs.append(node)
+        remaining = 0
+        for node in configs:
+            self._min_bytes.setdefault(node, remaining)
+            prev = parent.get(node)
+            if prev is not None and prev[1] is not None:
+                remaining += 1
+        return bytes(reversed(path))
+
+    def min_bytes_to_accept(self, config: int) -> int:
+        """Length of ``shortest_completion(config)`` (memoised)."""
+        if config < 0:
+            raise ValueError("no completion from the dead configuration")
+        found = self._min_bytes.get(config)
+        if found is None:
+            found = len(self.shortest_completion(config))
+            self._min_bytes[config] = found
+        return found

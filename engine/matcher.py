@@ -1,0 +1,693 @@
+"""The incremental matcher: which tokens may come next, advancing, forced tokens, token budget.
+
+A ``Matcher`` tracks one output sequence of one grammar over one vocabulary. Its
+state is a configuration of the grammar's byte automaton (``grammar.automaton``).
+
+Masks. The allowed tokens of a configuration are found by walking the vocabulary's
+token trie level by level: a whole level of (trie node, configuration) pairs goes
+through ``automaton.step_many`` in one call, pairs that die are dropped together with
+their subtrees, and tokens ending at surviving nodes are allowed. While only one byte
+can follow (a literal such as ``{"name": "``) the walk descends the trie along that
+byte alone. Where a configuration loops on every byte of a precomputed token group
+(the tokens inside a JSON string, digits, ...) the whole group is allowed at once and
+the walk only visits the trie nodes where tokens leave the group. Results are cached
+per configuration as packed bitsets, shared by every matcher (and clone) of the same
+grammar and vocabulary, in an LRU bounded by ``MASK_CACHE_BYTES``.
+
+Token budget (``max_tokens``). ``min_tokens_to_finish`` is the length of a concrete
+token path to an accepting configuration: take the greedy longest token at the start
+of a shortest completion, step, repeat. The path is always available, so a mask that
+drops every token after which this count exceeds the tokens left keeps a valid
+completion within reach at every step, and the output always ends complete inside the
+budget.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from .errors import TokenBudgetError
+from .token_groups import group_tables_for
+from .trie import pack_ids, unpack_ids, words_for
+from .vocab import TokenVocabulary
+
+DEAD = -1
+UNREACHABLE = 1 << 40
+_ALL_BYTES = np.arange(256, dtype=np.uint8)
+
+# Memory bound of the mask cache of one (grammar, vocabulary) pair.
+MASK_CACHE_BYTES = 64 * 1024 * 1024
+
+
+class Status(enum.Enum):
+    ACCEPTED = "accepted"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+class MaskEntry:
+    """Allowed tokens of one state: the packed bitset, and lazily the sorted ids and the state each leads to.
+
+    ``ids``/``ends`` are the tokens found by the walk (distinct, any order); ``base``
+    is an optional token group allowed as a whole: (sorted member ids, their packed
+    words, the state every member leads to).
+    """
+
+    __slots__ = ("size", "words", "max_end_cost", "_found_ids", "_found_ends", "_base", "_ids", "_ends")
+
+    def __init__(self, size: int, ids: np.ndarray, ends=None, base: tuple | None = None) -> None:
+        self.size = size
+        self.max_end_cost: int | None = None
+        self._found_ids = np.asarray(ids, dtype=np.int32)
+        self._found_ends = ends
+        self._base = base
+        self._ids: np.ndarray | None = None
+        self._ends: np.ndarray | None = None
+        if base is None:
+            self.words = pack_ids(self._found_ids, size)
+            return
+        words = np.zeros(words_for(size), dtype=np.uint32)
+        words[: len(base[1])] = base[1]
+        if len(self._found_ids):
+            words |= pack_ids(self._found_ids, size)
+        self.words = words
+
+    @property
+    def ids(self) -> np.ndarray:
+        if self._ids is None:
+            if self._base is None and len(self._found_ids) < 4096:
+                self._ids = np.sort(self._found_ids)
+            else:
+                self._ids = unpack_ids(self.words, self.size)
+        return self._ids
+
+    @property
+    def ends(self) -> np.ndarray:
+        if self._ends is None:
+            end_of = np.full(self.size, DEAD, dtype=np.int32)
+            if self._base is not None:
+                end_of[self._base[0]] = self._base[2]
+            if len(self._found_ids):
+                end_of[self._found_ids] = self._found_ends
+            self._ends = end_of[self.ids]
+        return self._ends
+
+    @property
+    def nbytes(self) -> int:
+        total = self.words.nbytes + self._found_ids.nbytes + 96
+        if isinstance(self._found_ends, np.ndarray):
+            total += self._found_ends.nbytes
+        for cached in (self._ids, self._ends):
+            if cached is not None:
+                total += cached.nbytes
+        return total
+
+
+class MaskCache:
+    """LRU of ``MaskEntry`` by state, bounded by total bytes."""
+
+    def __init__(self, max_bytes: int = MASK_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key, entry: MaskEntry) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.used -= old.nbytes
+            self._entries[key] = entry
+            self.used += entry.nbytes
+            while self.used > self.max_bytes and len(self._entries) > 1:
+                _, evicted = self._entries.popitem(last=False)
+                self.used -= evicted.nbytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class MatcherBase:
+    """History, advancing, bitmasks, forced tokens and budget; subclasses define the state.
+
+    A subclass provides: ``_initial_state()``, ``_end_state(state, token_id)`` (state
+    after a whole token, or None if not allowed), ``_accepting(state)``,
+    ``_can_continue(state)``, ``_entry(state)`` (the ``MaskEntry`` of allowed tokens),
+    ``_cost(state)`` (tokens of a concrete path to acceptance), ``_end_costs(entry)``,
+    ``_forced_bytes(state)`` and ``_extends_past(state, trie_node)``.
+    """
+
+    def __init__(self, vocab: TokenVocabulary, max_tokens: int | None) -> None:
+        _check_vocabulary(vocab)
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
+            raise ValueError(f"max_tokens must be a non-negative integer or None, not {max_tokens!r}")
+        self.vocab = vocab
+        self.max_tokens = max_tokens
+        self._states: list = [self._initial_state()]
+        self._tokens: list[int] = []
+        self._text_lengths: list[int] = [0]
+        self._text = bytearray()
+        self._finished = [False]
+        self._generated = [0]
+        self._budget_memo: tuple | None = None
+        if max_tokens is not None:
+            needed = self._cost(self._states[0])
+            if needed >= UNREACHABLE:
+                raise TokenBudgetError(
+                    f"no valid output can be spelled with the tokens of this vocabulary (max_tokens={max_tokens})"
+                )
+            if needed > max_tokens:
+                raise TokenBudgetError(
+                    f"the shortest valid output needs {needed} tokens with this vocabulary, more than "
+                    f"max_tokens={max_tokens}; raise max_tokens to at least {needed}"
+                )
+
+    def _initial_state(self):
+        raise TypeError(f"{type(self).__name__} defines no initial state")
+
+    # ---------------------------------------------------------------- state
+    @property
+    def _state(self):
+        return self._states[-1]
+
+    @property
+    def remaining_tokens(self) -> int | None:
+        """Tokens still allowed by ``max_tokens`` (the final end-of-sequence token is free)."""
+        if self.max_tokens is None:
+            return None
+        return self.max_tokens - self._generated[-1]
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Tokens accepted so far (including a final end-of-sequence token)."""
+        return list(self._tokens)
+
+    def text_bytes(self) -> bytes:
+        return bytes(self._text)
+
+    def is_finished(self) -> bool:
+        return self._finished[-1]
+
+    def is_accepting(self) -> bool:
+        return self._finished[-1] or self._accepting(self._state)
+
+    # ------------------------------------------------------------------ masks
+    def _current_mask(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted allowed text-token ids, packed words) under the budget, EOS excluded."""
+        state = self._state
+        entry = self._entry(state)
+        remaining = self.remaining_tokens
+        if remaining is None:
+            return entry.ids, entry.words
+        if remaining <= 0:
+            empty = np.zeros(0, dtype=np.int32)
+            return empty, pack_ids(empty, self.vocab.size)
+        if entry.max_end_cost is None:
+            entry.max_end_cost = self._max_end_cost(entry)
+        if entry.max_end_cost <= remaining - 1:
+            return entry.ids, entry.words
+        memo = self._budget_memo
+        if memo is not None and memo[0] is entry and memo[1] == remaining:
+            return memo[2]
+        keep = self._end_costs(entry) <= remaining - 1
+        ids = entry.ids[keep]
+        result = (ids, pack_ids(ids, self.vocab.size))
+        self._budget_memo = (entry, remaining, result)
+        return result
+
+    def allowed_token_ids(self) -> np.ndarray:
+        """Sorted ids of the tokens that may come next (EOS ids exactly when the text is complete)."""
+        if self.is_finished():
+            return np.zeros(0, dtype=np.int32)
+        ids, _ = self._current_mask()
+        if self._accepting(self._state):
+            ids = np.union1d(ids, self.vocab.eos_array).astype(np.int32)
+        return ids
+
+    def fill_bitmask(self, buffer: np.ndarray, row: int | None = None) -> None:
+        """Write the allowed tokens as packed bits: token i allowed iff ``buffer[i >> 5] >> (i & 31) & 1``.
+
+        ``buffer`` is int32 (or uint32) with at least ``ceil(vocab.size / 32)`` words in
+        the last dimension; ``row`` picks a row of a 2-D buffer. Extra words are cleared.
+        """
+        target = buffer if row is None else buffer[row]
+        if not isinstance(target, np.ndarray) or target.ndim != 1 or target.dtype.itemsize != 4:
+            raise ValueError("fill_bitmask needs a 1-D int32 buffer (or a 2-D one with row=...)")
+        needed = words_for(self.vocab.size)
+        if target.shape[0] < needed:
+            raise ValueError(f"bitmask buffer has {target.shape[0]} words, the vocabulary needs {needed}")
+        out = target.view(np.uint32)
+        out[:] = 0
+        if self.is_finished():
+            return
+        _, words = self._current_mask()
+        out[: len(words)] = words
+        if self._accepting(self._state):
+            for token_id in self.vocab.eos_array.tolist():
+                out[token_id >> 5] |= np.uint32(1 << (token_id & 31))
+
+    def is_allowed(self, token_id: int) -> bool:
+        if self.is_finished():
+            return False
+        if token_id in self.vocab.eos_token_ids:
+            return self._accepting(self._state)
+        return self._accepts_token(int(token_id)) is not None
+
+    # -------------------------------------------------------------- advancing
+    def _accepts_token(self, token_id: int):
+        """The state after ``token_id`` if it is allowed now (budget included), else None."""
+        if not self.vocab.is_text_token(token_id):
+            return None
+        remaining = self.remaining_tokens
+        if remaining is not None and remaining <= 0:
+            return None
+        new_state = self._end_state(self._state, token_id)
+        if new_state is None:
+            return None
+        if remaining is not None and self._cost(new_state) > remaining - 1:
+            return None
+        return new_state
+
+    def advance(self, token_id: int) -> Status:
+        """Consume one token: ACCEPTED, FINISHED (complete, nothing more may follow) or REJECTED (state unchanged)."""
+        token_id = _as_token_id(token_id)
+        if self.is_finished():
+            return Status.REJECTED
+        if token_id in self.vocab.eos_token_ids:
+            if not self._accepting(self._state):
+                return Status.REJECTED
+            self._push(self._state, token_id, b"", finished=True, counts=False)
+            return Status.FINISHED
+        new_state = self._accepts_token(token_id)
+        if new_state is None:
+            return Status.REJECTED
+        done = not self._can_continue(new_state)
+        self._push(new_state, token_id, self.vocab.token_bytes(token_id), finished=done, counts=True)
+        return Status.FINISHED if done else Status.ACCEPTED
+
+    def advance_many(self, token_ids) -> Status:
+        """Advance through several tokens; stops at the first that is not ACCEPTED and returns its status."""
+        status = Status.ACCEPTED
+        for token_id in token_ids:
+            status = self.advance(token_id)
+            if status is not Status.ACCEPTED:
+                break
+        return status
+
+    def _push(self, state, token_id: int, data: bytes, *, finished: bool, counts: bool) -> None:
+        self._states.append(state)
+        self._tokens.append(token_id)
+        self._text.extend(data)
+        self._text_lengths.append(len(self._text))
+        self._finished.append(finished)
+        self._generated.append(self._generated[-1] + (1 if counts else 0))
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last ``n`` accepted tokens (an end-of-sequence token counts as one)."""
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"rollback needs a non-negative number of tokens, not {n!r}")
+        if n > len(self._tokens):
+            raise ValueError(f"cannot roll back {n} tokens: only {len(self._tokens)} were accepted")
+        if n == 0:
+            return
+        del self._states[-n:], self._tokens[-n:], self._text_lengths[-n:], self._finished[-n:], self._generated[-n:]
+        del self._text[self._text_lengths[-1] :]
+
+    def reset(self) -> None:
+        self.rollback(len(self._tokens))
+
+    def clone(self):
+        """An independent matcher in the same state, sharing grammar, vocabulary and caches."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin._states = list(self._states)
+        twin._tokens = list(self._tokens)
+        twin._text_lengths = list(self._text_lengths)
+        twin._text = bytearray(self._text)
+        twin._finished = list(self._finished)
+        twin._generated = list(self._generated)
+        twin._budget_memo = None
+        return twin
+
+    # ------------------------------------------------------------ forced text
+    def forced(self) -> tuple[bytes, list[int]]:
+        """The only possible continuation (bytes, up to the first point where the text could end) and tokens for it.
+
+        Tokens come from greedy longest match; the last one is left out when a longer
+        allowed token could extend past the forced bytes, so the free text that follows
+        is not cut at an unnatural token boundary. Under a budget, tokens stop where one
+        would leave no room to finish.
+        """
+        if self.is_finished():
+            return b"", []
+        data = self._forced_bytes(self._state)
+        if not data:
+            return b"", []
+        try:
+            tokens = self.vocab.tokenize_bytes(data)
+        except ValueError:
+            # A byte no token spells: the text is still forced, but must be reached by sampling.
+            return data, []
+        kept: list[int] = []
+        state = self._state
+        remaining = self.remaining_tokens
+        for token_id in tokens:
+            new_state = self._end_state(state, token_id)
+            if new_state is None:
+                break
+            if remaining is not None:
+                remaining -= 1
+                if self._cost(new_state) > remaining:
+                    break
+            kept.append(token_id)
+            state = new_state
+        if kept and len(kept) == len(tokens):
+            last = self.vocab.token_bytes(kept[-1])
+            node = self.vocab.trie.descend(last)
+            if len(node) == len(last) and self._extends_past(state, node[-1]):
+                kept.pop()
+        return data, kept
+
+    # ------------------------------------------------------------------ budget
+    def min_tokens_to_finish(self) -> int:
+        """Tokens (EOS excluded) of a concrete path to a complete output; an upper bound of the true minimum."""
+        if self.is_finished():
+            return 0
+        return self._cost(self._state)
+
+    def _max_end_cost(self, entry: MaskEntry) -> int:
+        costs = self._end_costs(entry)
+        return int(costs.max()) if len(costs) else 0
+
+
+def _check_vocabulary(vocab) -> None:
+    if not isinstance(vocab, TokenVocabulary):
+        raise TypeError(f"vocab must be a TokenVocabulary, not {type(vocab).__name__}")
+
+
+def _as_token_id(token_id) -> int:
+    try:
+        return operator.index(token_id)
+    except TypeError:
+        raise TypeError(f"token id must be an integer, not {token_id!r}") from None
+
+
+# --------------------------------------------------------------------------
+class _AutomatonTables:
+    """Per (automaton, vocabulary) state shared by all matchers: masks and token-path costs."""
+
+    def __init__(self, vocab: TokenVocabulary) -> None:
+        self.masks = MaskCache()
+        self.costs: dict[int, int] = {}
+        self.loop_groups: dict[int, Any] = {}
+        self.groups = group_tables_for(vocab)
+
+
+_SHARED: "weakref.WeakKeyDictionary[Any, dict[str, _AutomatonTables]]" = weakref.WeakKeyDictionary()
+
+
+def _shared_tables(automaton, vocab: TokenVocabulary) -> _AutomatonTables:
+    try:
+        per_vocab = _SHARED.setdefault(automaton, {})
+    except TypeError:
+        return _AutomatonTables(vocab)
+    tables = per_vocab.get(vocab.fingerprint)
+    if tables is None:
+        tables = per_vocab[vocab.fingerprint] = _AutomatonTables(vocab)
+    return tables
+
+
+class Matcher(MatcherBase):
+    """Grammar-constrained token matcher for one sequence (see the module docstring).
+
+    ``grammar`` is a ``Grammar`` (or anything with an ``automaton`` following the
+    byte-automaton contract); ``max_tokens`` bounds the generated tokens, EOS excluded.
+    """
+
+    def __init__(self, grammar, vocab: TokenVocabulary, *, max_tokens: int | None = None) -> None:
+        automaton = getattr(grammar, "automaton", None)
+        if automaton is None:
+            raise TypeError(f"Matcher needs a Grammar (with an automaton), not {type(grammar).__name__}")
+        _check_vocabulary(vocab)
+        self.grammar = grammar
+        self.automaton = automaton
+        self._hooks = bool(getattr(automaton, "has_token_hooks", False))
+        self._tables = _shared_tables(automaton, vocab)
+        super().__init__(vocab, max_tokens)
+
+    def _initial_state(self) -> int:
+        return int(self.automaton.initial)
+
+    @property
+    def config(self) -> int:
+        """The automaton configuration after the tokens so far."""
+        return self._state
+
+    # ------------------------------------------------------------- stepping
+    def _accepting(self, config: int) -> bool:
+        return bool(self.automaton.is_accepting(config))
+
+    def _can_continue(self, config: int) -> bool:
+        return bool(self.automaton.can_continue(config))
+
+    def _state_after_bytes(self, config: int, data: bytes) -> int:
+        step = self.automaton.step
+        for value in data:
+            config = step(config, value)
+            if config == DEAD:
+                return DEAD
+        return config
+
+    def _after_token_bytes(self, config: int, data: bytes) -> int:
+        """Configuration after a whole token spelled ``data`` (token hooks and any! included), DEAD if rejected."""
+        automaton = self.automaton
+        end = self._state_after_bytes(config, data)
+        if not self._hooks:
+            return end
+        if end != DEAD:
+            end = self._token_live(self._boundary(end))
+        if end == DEAD:
+            any_end = automaton.after_any_token(config)
+            if any_end != DEAD:
+                end = self._token_live(self._boundary(any_end))
+        return end
+
+    def _token_live(self, config: int) -> int:
+        if config == DEAD or self._cost(config) >= UNREACHABLE:
+            return DEAD
+        return config
+
+    def _boundary(self, config: int) -> int:
+        """``on_token_boundary``, treating a configuration that can neither finish nor continue as dead."""
+        automaton = self.automaton
+        end = automaton.on_token_boundary(config)
+        if end != DEAD and not automaton.is_accepting(end) and not automaton.can_continue(end):
+            return DEAD
+        return end
+
+    def _end_state(self, config: int, token_id: int):
+        end = self._after_token_bytes(config, self.vocab.token_bytes(token_id))
+        return None if end == DEAD else end
+
+    # ----------------------------------------------------------------- masks
+    def _entry(self, config: int) -> MaskEntry:
+        entry = self._tables.masks.get(config)
+        if entry is None:
+            ids, ends, base = self._walk_all(config)
+            entry = MaskEntry(self.vocab.size, ids, ends, base)
+            self._tables.masks.put(config, entry)
+        return entry
+
+    def _walk_all(self, config: int) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+        """Allowed text tokens at ``config``: (distinct ids, configuration after each, group allowed whole)."""
+        automaton = self.automaton
+        trie = self.vocab.trie
+        id_parts: list[np.ndarray] = []
+        end_parts: list[np.ndarray] = []
+
+        # Forced-literal prefix: follow the only possible byte down the trie.
+        node, current = 0, config
+        while True:
+            following = automaton.next_bytes(current)
+            if len(following) != 1:
+                break
+            child = trie.child(node, following[0])
+            if child < 0:
+                node = -1
+                break
+            node, current = child, automaton.step(current, following[0])
+            found = trie.tokens_at(node)
+            if len(found):
+                id_parts.append(found)
+                end_parts.append(np.full(len(found), current, dtype=np.int32))
+        base = None
+        if node > 0:
+            start_nodes, start_configs = np.array([node], dtype=np.int32), np.array([current], dtype=np.int32)
+            self._walk_levels(start_nodes, start_configs, id_parts, end_parts)
+        elif node == 0:
+            base = self._walk_from_root(config, id_parts, end_parts)
+
+        if base is not None and self._hooks:
+            id_parts.append(base[0])
+            end_parts.append(np.full(len(base[0]), base[2], dtype=np.int32))
+            base = None
+        # Each token ends at exactly one trie node, so the ids found are distinct.
+        ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.int32)
+        ends = np.concatenate(end_parts) if end_parts else np.zeros(0, dtype=np.int32)
+        if self._hooks:
+            ids, ends = self._apply_token_hooks(config, ids, ends)
+        return ids.astype(np.int32, copy=False), ends.astype(np.int32, copy=False), base
+
+    def _walk_from_root(self, config: int, id_parts: list, end_parts: list) -> tuple | None:
+        """Walk from the trie root; returns the token group allowed as a whole, if one applies."""
+        trie = self.vocab.trie
+        group = self._loop_group(config)
+        if group is None:
+            self._walk_levels(np.array([0], dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
+            return None
+        # Every token of the group keeps the configuration unchanged: allow them at once,
+        # then walk only the subtrees where tokens leave the group.
+        frontier_nodes, frontier_configs, partial_ids, partial_configs = group.exits_from(self.automaton, config)
+        id_parts.append(partial_ids)
+        end_parts.append(partial_configs)
+        found, owner = trie.tokens_at_nodes(frontier_nodes)
+        if len(found):
+            id_parts.append(found)
+            end_parts.append(frontier_configs[owner])
+        self._walk_levels(frontier_nodes, frontier_configs, id_parts, end_parts)
+        return group.member_ids, group.member_words, config
+
+    def _walk_levels(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list) -> None:
+        """Advance (node, config) pairs level by level below ``nodes``, collecting tokens at live nodes."""
+        trie = self.vocab.trie
+        step_many = self.automaton.step_many
+        while len(nodes):
+            children, owner = trie.expand_children(nodes)
+            if not len(children):
+                return
+            stepped = np.asarray(step_many(configs[owner], trie.byte[children]), dtype=np.int32)
+            live = stepped != DEAD
+            nodes, configs = children[live], stepped[live]
+            found, at = trie.tokens_at_nodes(nodes)
+            if len(found):
+                id_parts.append(found)
+                end_parts.append(configs[at])
+
+    def _loop_group(self, config: int):
+        cached = self._tables.loop_groups.get(config, False)
+        if cached is not False:
+            return cached
+        row = np.asarray(self.automaton.step_many(np.full(256, config, dtype=np.int32), _ALL_BYTES))
+        group = self._tables.groups.best_loop_group(self.automaton, config, row == config)
+        self._tables.loop_groups[config] = group
+        return group
+
+    def _apply_token_hooks(self, config: int, ids: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        automaton = self.automaton
+        if len(ids):
+            unique, inverse = np.unique(ends, return_inverse=True)
+            # Token-counting regions can leave a configuration that only a byte string
+            # no token sequence spells could finish (half a character at the token
+            # limit); such ends are dropped by asking for a token path to acceptance.
+            mapped = np.array([self._token_live(self._boundary(int(c))) for c in unique], dtype=np.int32)
+            ends = mapped[inverse.reshape(-1)]
+            live = ends != DEAD
+            ids, ends = ids[live], ends[live]
+        any_end = automaton.after_any_token(config)
+        if any_end != DEAD:
+            any_end = self._token_live(self._boundary(any_end))
+        if any_end != DEAD:
+            others = np.setdiff1d(self.vocab.normal_ids, ids, assume_unique=True)
+            ids = np.concatenate([ids, others])
+            ends = np.concatenate([ends, np.full(len(others), any_end, dtype=np.int32)])
+        return ids, ends
+
+    # ---------------------------------------------------------------- forced
+    def _forced_bytes(self, config: int) -> bytes:
+        automaton = self.automaton
+        out = bytearray()
+        while not automaton.is_accepting(config):
+            if self._hooks and automaton.after_any_token(config) != DEAD:
+                break
+            following = automaton.next_bytes(config)
+            if len(following) != 1:
+                break
+            out.append(following[0])
+            config = automaton.step(config, following[0])
+        return bytes(out)
+
+    def _extends_past(self, config: int, node: int) -> bool:
+        id_parts: list = []
+        self._walk_levels(np.array([node], dtype=np.int32), np.array([config], dtype=np.int32), id_parts, [])
+        return bool(id_parts)
+
+    # ---------------------------------------------------------------- budget
+    def _cost(self, config: int) -> int:
+        costs = self._tables.costs
+        chain: list[int] = []
+        current = config
+        while current not in costs:
+            if self.automaton.is_accepting(current):
+                costs[current] = 0
+                break
+            chain.append(current)
+            following = self._greedy_token_step(current)
+            if following is None or following in chain:
+                costs[current] = UNREACHABLE
+                chain.pop()
+                break
+            current = following
+        value = costs[current]
+        for earlier in reversed(chain):
+            value = min(UNREACHABLE, value + 1)
+            costs[earlier] = value
+        return costs[config]
+
+    def _greedy_token_step(self, config: int) -> int | None:
+        """Configuration after the longest token starting a shortest completion of ``config``."""
+        automaton = self.automaton
+        try:
+            completion = automaton.shortest_completion(config)
+        except ValueError:
+            return None
+        trie = self.vocab.trie
+        node, current, best = 0, config, None
+        for value in completion:
+            node = trie.child(node, value)
+            if node < 0:
+                break
+            current = automaton.step(current, value)
+            if current == DEAD:
+                break
+            if trie.has_tokens(node):
+                end = self._boundary(current) if self._hooks else current
+                if end != DEAD:
+                    best = end
+        if best is None and self._hooks:
+            any_end = automaton.after_any_token(config)
+            if any_end != DEAD:
+                any_end = self._boundary(any_end)
+                best = None if any_end == DEAD else any_end
+        return best
+
+    def _end_costs(self, entry: MaskEntry) -> np.ndarray:
+        ends = entry.ends
+        if not len(ends):
+            return np.zeros(0, dtype=np.int64)
+        unique, inverse = np.unique(ends, return_inverse=True)
+        costs = np.array([self._cost(int(c)) for c in unique], dtype=np.int64)
+        return costs[inverse.reshape(-1)]

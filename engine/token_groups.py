@@ -1,0 +1,289 @@
+"""Token groups: sets of tokens that a grammar state accepts as a whole.
+
+A group is defined by a set of ASCII bytes and whether any other Unicode character
+belongs to it; its members are the tokens made only of whole UTF-8 characters of the
+group. When every character of a group leads a configuration back to itself (inside
+a JSON string, a run of digits, free text, ...), every member token is allowed there
+and ends in the same configuration, so the mask walk allows the group at once and
+only visits the *exit* nodes of the trie: the first node of each path where a token
+leaves the group (a quote, a backslash, a control byte ...).
+
+The groups are properties of the vocabulary alone, the same for every grammar, so
+they are computed once per vocabulary (lazily, per group) and shared.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .trie import TokenTrie, pack_ids
+from .vocab import TokenVocabulary, store_arrays
+
+DEAD = -1
+
+# States of the UTF-8 classifier that decides, byte by byte, whether a trie path is
+# made of whole characters of a group.
+_CLOSED, _NEED1, _NEED2, _NEED2_A0, _NEED2_9F, _NEED3, _NEED3_90, _NEED3_8F, _FAIL = range(9)
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    ascii_bytes: frozenset
+    non_ascii: bool
+
+    @cached_property
+    def ascii_array(self) -> np.ndarray:
+        return np.array(sorted(self.ascii_bytes), dtype=np.int64)
+
+
+def _ascii(predicate) -> frozenset:
+    return frozenset(b for b in range(128) if predicate(b))
+
+
+# Largest first: the first group whose characters all loop is used.
+GROUP_SPECS = (
+    GroupSpec("text", _ascii(lambda b: True), True),
+    GroupSpec("line", _ascii(lambda b: b not in (0x0A, 0x0D)), True),
+    GroupSpec("json_string", _ascii(lambda b: b >= 0x20 and b not in (0x22, 0x5C)), True),
+    GroupSpec("json_string_ascii", _ascii(lambda b: b >= 0x20 and b not in (0x22, 0x5C)), False),
+    GroupSpec("word", _ascii(lambda b: chr(b).isalnum() or b == 0x5F), False),
+    GroupSpec("letters", _ascii(lambda b: chr(b).isalpha()), False),
+    GroupSpec("digits", _ascii(lambda b: 0x30 <= b <= 0x39), False),
+    GroupSpec("spaces", frozenset({0x20}), False),
+)
+
+
+_GROUP_FIELDS = (
+    "member_ids",
+    "exit_nodes",
+    "exit_tails",
+    "exit_lengths",
+    "partial_nodes",
+    "partial_tails",
+    "partial_lengths",
+    "partial_ids",
+    "partial_owner",
+)
+GROUP_FORMAT = 1
+
+
+class TokenGroup:
+    """Members and exit structure of one group over one vocabulary's trie."""
+
+    def __init__(self, spec: GroupSpec, arrays: dict) -> None:
+        self.spec = spec
+        for name in _GROUP_FIELDS:
+            setattr(self, name, np.asarray(arrays[name]))
+        self.member_count = len(self.member_ids)
+        top = int(self.member_ids[-1]) + 1 if self.member_count else 0
+        self.member_words = pack_ids(self.member_ids, top)
+
+    def to_arrays(self) -> dict:
+        return {name: getattr(self, name) for name in _GROUP_FIELDS}
+
+    @classmethod
+    def build(cls, spec: GroupSpec, trie: TokenTrie) -> "TokenGroup":
+        table = _classifier_table(spec)
+        status = np.full(trie.num_nodes, _FAIL, dtype=np.int8)
+        status[0] = _CLOSED
+        closed_depth = np.zeros(trie.num_nodes, dtype=np.int32)
+        for depth in range(1, trie.max_depth + 1):
+            lo, hi = int(trie.level_start[depth]), int(trie.level_start[depth + 1])
+            parents = trie.parent[lo:hi]
+            status[lo:hi] = table[status[parents], trie.byte[lo:hi]]
+            closed_depth[lo:hi] = np.where(status[lo:hi] == _CLOSED, depth, closed_depth[parents])
+        parent_status = np.full(trie.num_nodes, _FAIL, dtype=np.int8)
+        parent_status[1:] = status[trie.parent[1:]]
+
+        closed = np.flatnonzero(status == _CLOSED)
+        closed = closed[closed > 0].astype(np.int32)
+        arrays = {"member_ids": np.sort(trie.tokens_at_nodes(closed)[0]).astype(np.int32)}
+
+        # Exits: the first node of a path outside the group, reached from a config
+        # known to be the looping one plus a short tail (an unfinished character and
+        # the exit byte itself). Tokens ending inside a character are kept with their tail.
+        exits = np.flatnonzero((status == _FAIL) & (parent_status != _FAIL)).astype(np.int32)
+        partial = np.flatnonzero((status != _FAIL) & (status != _CLOSED))
+        partial = partial[trie._node_has_tokens[partial]].astype(np.int32)
+        arrays["exit_nodes"], arrays["exit_tails"], arrays["exit_lengths"] = _tails(
+            trie, exits, closed_depth[trie.parent[exits]]
+        )
+        arrays["partial_nodes"], arrays["partial_tails"], arrays["partial_lengths"] = _tails(
+            trie, partial, closed_depth[partial]
+        )
+        arrays["partial_ids"], arrays["partial_owner"] = trie.tokens_at_nodes(arrays["partial_nodes"])
+        return cls(spec, arrays)
+
+    def exits_from(self, automaton, config: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For a config that loops on the group, live only: exit nodes and their configs,
+        and tokens ending inside a character and their configs."""
+        exit_configs = _run_tails(automaton, config, self.exit_tails, self.exit_lengths)
+        live = exit_configs != DEAD
+        partial_configs = _run_tails(automaton, config, self.partial_tails, self.partial_lengths)
+        token_configs = partial_configs[self.partial_owner] if len(self.partial_ids) else partial_configs[:0]
+        partial_live = token_configs != DEAD
+        return (
+            self.exit_nodes[live],
+            exit_configs[live],
+            self.partial_ids[partial_live],
+            token_configs[partial_live],
+        )
+
+
+def _classifier_table(spec: GroupSpec) -> np.ndarray:
+    table = np.full((9, 256), _FAIL, dtype=np.int8)
+    for value in spec.ascii_bytes:
+        table[_CLOSED, value] = _CLOSED
+    if spec.non_ascii:
+        table[_CLOSED, 0xC2:0xE0] = _NEED1
+        table[_CLOSED, 0xE0] = _NEED2_A0
+        table[_CLOSED, 0xE1:0xED] = _NEED2
+        table[_CLOSED, 0xED] = _NEED2_9F
+        table[_CLOSED, 0xEE:0xF0] = _NEED2
+        table[_CLOSED, 0xF0] = _NEED3_90
+        table[_CLOSED, 0xF1:0xF4] = _NEED3
+        table[_CLOSED, 0xF4] = _NEED3_8F
+        table[_NEED1, 0x80:0xC0] = _CLOSED
+        table[_NEED2, 0x80:0xC0] = _NEED1
+        table[_NEED2_A0, 0xA0:0xC0] = _NEED1
+        table[_NEED2_9F, 0x80:0xA0] = _NEED1
+        table[_NEED3, 0x80:0xC0] = _NEED2
+        table[_NEED3_90, 0x90:0xC0] = _NEED2
+        table[_NEED3_8F, 0x80:0x90] = _NEED2
+    return table
+
+
+def _tails(trie, nodes: np.ndarray, start_depth: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes of each node's path after ``start_depth`` (at most 4), as a (n, 4) matrix and lengths."""
+    lengths = (trie.depth[nodes] - start_depth).astype(np.int32)
+    keep = (lengths >= 1) & (lengths <= 4)
+    nodes, lengths = nodes[keep], lengths[keep]
+    tails = np.zeros((len(nodes), 4), dtype=np.uint8)
+    cursor = nodes.copy()
+    for back in range(4):
+        position = lengths - 1 - back
+        active = position >= 0
+        tails[active, position[active]] = trie.byte[cursor[active]]
+        cursor = np.where(active, trie.parent[cursor], cursor)
+    return nodes, tails, lengths
+
+
+def _run_tails(automaton, config: int, tails: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    configs = np.full(len(lengths), config, dtype=np.int32)
+    for position in range(4):
+        active = np.flatnonzero((lengths > position) & (configs != DEAD))
+        if not len(active):
+            break
+        configs[active] = np.asarray(automaton.step_many(configs[active], tails[active, position]), dtype=np.int32)
+    return configs
+
+
+def loops_on(automaton, config: int, spec: GroupSpec, loop_bytes: np.ndarray) -> bool:
+    """Whether every character of the group leads ``config`` back to itself."""
+    if not loop_bytes[spec.ascii_array].all():
+        return False
+    return not spec.non_ascii or _utf8_loops(automaton, config)
+
+
+_LEADS = np.arange(0xC2, 0xF5, dtype=np.int64)
+_LEAD_LOW = np.where(_LEADS == 0xE0, 0xA0, np.where(_LEADS == 0xF0, 0x90, 0x80))
+_LEAD_HIGH = np.where(_LEADS == 0xED, 0x9F, np.where(_LEADS == 0xF4, 0x8F, 0xBF))
+_LEAD_MISSING = np.where(_LEADS < 0xE0, 1, np.where(_LEADS < 0xF0, 2, 3))
+
+
+def _utf8_loops(automaton, config: int) -> bool:
+    """Whether every well-formed multi-byte UTF-8 character leads ``config`` back to itself.
+
+    Byte by byte over all characters at once: distinct (configuration, next byte
+    range, bytes missing) triples are expanded with one ``step_many`` per byte position.
+    """
+    reached = np.asarray(automaton.step_many(np.full(len(_LEADS), config, dtype=np.int32), _LEADS.astype(np.uint8)))
+    if (reached == DEAD).any():
+        return False
+    pending = _distinct_triples(reached.astype(np.int64), _LEAD_LOW, _LEAD_HIGH, _LEAD_MISSING)
+    while len(pending[0]):
+        configs, low, high, missing = pending
+        if len(configs) > 64:
+            return False
+        counts = high - low + 1
+        offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        values = (np.repeat(low, counts) + offsets).astype(np.uint8)
+        missing = np.repeat(missing, counts) - 1
+        stepped = np.asarray(automaton.step_many(np.repeat(configs, counts).astype(np.int32), values)).astype(np.int64)
+        if (stepped == DEAD).any():
+            return False
+        done = missing == 0
+        if (stepped[done] != config).any():
+            return False
+        rest = ~done
+        pending = _distinct_triples(stepped[rest], 0x80, 0xBF, missing[rest])
+    return True
+
+
+def _distinct_triples(configs, low, high, missing) -> tuple[np.ndarray, ...]:
+    # One int64 key per (config, low, high, missing): configs stay below 2**40.
+    low, high = np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
+    keys = np.unique((configs << 20) | (low << 12) | (high << 4) | missing)
+    return keys >> 20, (keys >> 12) & 0xFF, (keys >> 4) & 0xFF, keys & 0xF
+
+
+class GroupTables:
+    """The groups of one vocabulary's trie, built (or read from the disk cache) on first use."""
+
+    def __init__(self, vocab: TokenVocabulary) -> None:
+        # A weak reference: the tables are stored in a dictionary weakly keyed by this trie.
+        self._trie = weakref.ref(vocab.trie)
+        self._cache_root = vocab.cache_root
+        self._cache_name = vocab.fingerprint
+        self._groups: dict[str, TokenGroup] = {}
+        self._lock = threading.Lock()
+
+    def group(self, spec: GroupSpec) -> TokenGroup:
+        found = self._groups.get(spec.name)
+        if found is None:
+            with self._lock:
+                found = self._groups.get(spec.name)
+                if found is None:
+                    found = self._groups[spec.name] = self._load_or_build(spec)
+        return found
+
+    def _load_or_build(self, spec: GroupSpec) -> TokenGroup:
+        root = self._cache_root
+        path = None if root is None else root / f"groups-{self._cache_name}-{spec.name}-v{GROUP_FORMAT}.npz"
+        if path is not None:
+            try:
+                with np.load(path, allow_pickle=False) as data:
+                    return TokenGroup(spec, {name: data[name] for name in data.files})
+            except (OSError, ValueError, KeyError, EOFError):
+                pass
+        group = TokenGroup.build(spec, self._trie())
+        if path is not None:
+            store_arrays(path, group.to_arrays())
+        return group
+
+    def best_loop_group(self, automaton, config: int, loop_bytes: np.ndarray) -> TokenGroup | None:
+        """The largest group all of whose characters loop on ``config`` (``loop_bytes[b]``: byte b loops), if any."""
+        if loop_bytes.sum() < 2:
+            return None
+        for spec in GROUP_SPECS:
+            if loops_on(automaton, config, spec, loop_bytes):
+                return self.group(spec)
+        return None
+
+
+# Keyed by the trie, which vocabularies resized with ``with_size`` share.
+_TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def group_tables_for(vocab: TokenVocabulary) -> GroupTables:
+    with _TABLES_LOCK:
+        tables = _TABLES.get(vocab.trie)
+        if tables is None:
+            tables = _TABLES[vocab.trie] = GroupTables(vocab)
+        return tables

@@ -1,0 +1,196 @@
+"""Token trie stored level by level as flat numpy arrays, and packed token bitsets.
+
+Nodes are numbered breadth first: node 0 is the root (the empty prefix), then every
+node of depth 1, then depth 2, and so on. Inside a level, nodes are ordered by their
+parent and then by their byte, so the children of any node form one contiguous
+range ``child_start[n]:child_end[n]``. This layout lets the matcher advance a whole
+level of the trie through the grammar automaton with a handful of array operations.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+_ARRAY_FIELDS = (
+    "parent",
+    "byte",
+    "depth",
+    "level_start",
+    "child_start",
+    "child_end",
+    "token_start",
+    "token_ids",
+)
+
+
+class TokenTrie:
+    """Prefix tree over the byte strings of the ordinary (non-special) tokens.
+
+    Arrays (all int32 unless noted), ``n`` nodes:
+      parent[n], byte[n] (uint8), depth[n]  -- node 0 is the root (parent -1, byte 0)
+      level_start[max_depth + 2]            -- nodes of depth d are level_start[d]:level_start[d+1]
+      child_start[n], child_end[n]          -- contiguous child range of every node
+      token_start[n + 1], token_ids[...]    -- tokens whose bytes end exactly at the node
+    """
+
+    __slots__ = _ARRAY_FIELDS + ("_byte_blob", "_node_has_tokens", "__weakref__")
+
+    def __init__(self, **arrays: np.ndarray) -> None:
+        for name in _ARRAY_FIELDS:
+            setattr(self, name, arrays[name])
+        self._byte_blob = self.byte.tobytes()
+        self._node_has_tokens = self.token_start[1:] > self.token_start[:-1]
+
+    # ----------------------------------------------------------------- building
+    @classmethod
+    def build(cls, token_bytes: Sequence[bytes], token_ids: Sequence[int]) -> "TokenTrie":
+        """Build from parallel sequences of byte strings and their token ids (empty strings are skipped)."""
+        kept = [index for index, data in enumerate(token_bytes) if data]
+        kept.sort(key=token_bytes.__getitem__)
+        count = len(kept)
+        strings = [token_bytes[index] for index in kept]
+        sorted_ids = np.asarray(token_ids, dtype=np.int32)[np.asarray(kept, dtype=np.int64)]
+        lengths = np.fromiter(map(len, strings), dtype=np.int32, count=count)
+        max_len = int(lengths.max()) if count else 0
+
+        # Byte matrix, one row per token padded with zeros; rows filled from one joined buffer.
+        matrix = np.zeros((count, max_len), dtype=np.uint8)
+        if count:
+            flat = np.frombuffer(b"".join(strings), dtype=np.uint8)
+            row = np.repeat(np.arange(count), lengths)
+            col = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            matrix[row, col] = flat
+
+        # Longest common prefix with the previous token in sorted order: tokens that
+        # share a prefix of length d form one contiguous block, so a token opens a new
+        # node at depth d exactly when this lcp is shorter than d.
+        lcp = np.zeros(count, dtype=np.int32)
+        if count > 1:
+            differs = matrix[1:] != matrix[:-1]
+            first_diff = np.where(differs.any(axis=1), differs.argmax(axis=1), max_len)
+            lcp[1:] = np.minimum(first_diff, np.minimum(lengths[1:], lengths[:-1]))
+
+        parents = [np.array([-1], dtype=np.int32)]
+        node_bytes = [np.array([0], dtype=np.uint8)]
+        level_start = [0, 1]
+        node_at_depth = np.zeros(count, dtype=np.int32)  # node reached by each token at the current depth
+        end_node = np.zeros(count, dtype=np.int32)
+        active = np.arange(count)
+        next_id = 1
+        for depth in range(1, max_len + 1):
+            active = active[lengths[active] >= depth]
+            opens = lcp[active] < depth
+            new_rank = np.cumsum(opens) - 1
+            level_nodes = next_id + new_rank
+            parents.append(node_at_depth[active[opens]])
+            node_bytes.append(matrix[active[opens], depth - 1])
+            node_at_depth[active] = level_nodes
+            finished = active[lengths[active] == depth]
+            end_node[finished] = node_at_depth[finished]
+            next_id += int(opens.sum())
+            level_start.append(next_id)
+
+        parent = np.concatenate(parents)
+        byte = np.concatenate(node_bytes)
+        n_nodes = len(parent)
+        level_start_arr = np.asarray(level_start, dtype=np.int32)
+        depth_arr = np.repeat(np.arange(len(level_start_arr) - 1, dtype=np.int32), np.diff(level_start_arr))
+        nodes = np.arange(n_nodes, dtype=np.int32)
+        child_start = np.searchsorted(parent[1:], nodes, side="left").astype(np.int32) + 1
+        child_end = np.searchsorted(parent[1:], nodes, side="right").astype(np.int32) + 1
+        order = np.argsort(end_node, kind="stable")
+        token_ids_arr = sorted_ids[order]
+        token_start = np.searchsorted(end_node[order], np.arange(n_nodes + 1), side="left").astype(np.int32)
+        return cls(
+            parent=parent,
+            byte=byte,
+            depth=depth_arr,
+            level_start=level_start_arr,
+            child_start=child_start,
+            child_end=child_end,
+            token_start=token_start,
+            token_ids=token_ids_arr,
+        )
+
+    # ------------------------------------------------------------ persistence
+    def to_arrays(self, prefix: str = "trie_") -> dict[str, np.ndarray]:
+        return {prefix + name: getattr(self, name) for name in _ARRAY_FIELDS}
+
+    @classmethod
+    def from_arrays(cls, arrays, prefix: str = "trie_") -> "TokenTrie":
+        return cls(**{name: np.asarray(arrays[prefix + name]) for name in _ARRAY_FIELDS})
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_nodes(self) -> int:
+        return len(self.parent)
+
+    @property
+    def max_depth(self) -> int:
+        return len(self.level_start) - 2
+
+    def child(self, node: int, byte: int) -> int:
+        """The child of ``node`` along ``byte``, or -1."""
+        start, end = self.child_start[node], self.child_end[node]
+        found = self._byte_blob.find(bytes((byte,)), start, end)
+        return found
+
+    def tokens_at(self, node: int) -> np.ndarray:
+        return self.token_ids[self.token_start[node] : self.token_start[node + 1]]
+
+    def has_tokens(self, node: int) -> bool:
+        return bool(self._node_has_tokens[node])
+
+    def descend(self, data: bytes, node: int = 0) -> list[int]:
+        """Nodes visited along ``data`` from ``node`` (excluding it); shorter if the path leaves the trie."""
+        path = []
+        for value in data:
+            node = self.child(node, value)
+            if node < 0:
+                break
+            path.append(node)
+        return path
+
+    def tokens_at_nodes(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All tokens ending at ``nodes``: (token ids, index into ``nodes`` of the node each ends at)."""
+        starts = self.token_start[nodes]
+        counts = self.token_start[nodes + 1] - starts
+        total = int(counts.sum())
+        if total == 0:
+            empty = np.zeros(0, dtype=np.int32)
+            return empty, empty
+        owner = np.repeat(np.arange(len(nodes), dtype=np.int32), counts)
+        offsets = np.arange(total, dtype=np.int32) - np.repeat(np.cumsum(counts) - counts, counts)
+        return self.token_ids[starts[owner] + offsets], owner
+
+    def expand_children(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Children of all ``nodes``: (child node ids, index into ``nodes`` of each child's parent)."""
+        starts = self.child_start[nodes]
+        counts = self.child_end[nodes] - starts
+        total = int(counts.sum())
+        if total == 0:
+            empty = np.zeros(0, dtype=np.int32)
+            return empty, empty
+        owner = np.repeat(np.arange(len(nodes), dtype=np.int32), counts)
+        children = np.arange(total, dtype=np.int32) - np.repeat(np.cumsum(counts) - counts - starts, counts)
+        return children.astype(np.int32), owner
+
+
+# ------------------------------------------------------------------- bitsets
+def words_for(size: int) -> int:
+    """Number of 32-bit words of a packed bitset over ``size`` token ids."""
+    return (size + 31) >> 5
+
+
+def pack_ids(ids: np.ndarray, size: int) -> np.ndarray:
+    """Packed little-endian bitset (uint32 words): bit i of word i >> 5 set for each id."""
+    flags = np.zeros(words_for(size) * 32, dtype=bool)
+    flags[ids] = True
+    return np.packbits(flags, bitorder="little").view("<u4")
+
+
+def unpack_ids(words: np.ndarray, size: int) -> np.ndarray:
+    flags = np.unpackbits(words.view(np.uint8), bitorder="little")[:size]
+    return np.flatnonzero(flags).astype(np.int32)

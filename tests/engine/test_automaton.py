@@ -1,0 +1,387 @@
+"""The byte automaton: recursion, ambiguity, UTF-8, vectorised stepping and token hooks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from surecall.engine import automaton as automaton_module
+from surecall.engine.automaton import DEAD, utf8_sequences
+from surecall.engine.errors import GrammarError
+from surecall.engine.grammar import Grammar
+from surecall.engine.ir import (
+    AnyToken,
+    Bytes,
+    ByteSet,
+    CharSet,
+    Except,
+    Intersect,
+    Ref,
+    alt,
+    chars,
+    optional,
+    plus,
+    repeat,
+    seq,
+    star,
+)
+
+DIGIT = ByteSet(((0x30, 0x39),))
+
+
+def run_tokens(grammar: Grammar, tokens: list[bytes]):
+    """Feed whole tokens; returns 'dead' or whether the text is complete."""
+    automaton = grammar.automaton
+    config = automaton.initial
+    for token in tokens:
+        config = automaton.step_bytes(config, token)
+        if config == DEAD:
+            return "dead"
+        config = automaton.on_token_boundary(config)
+        assert config != DEAD
+    return automaton.is_accepting(config)
+
+
+# -- regular grammars ---------------------------------------------------------------
+
+
+def test_literals_classes_and_repetition():
+    g = Grammar({"start": seq("a", star(DIGIT), alt("x", "yz"))})
+    assert g.accepts("ax") and g.accepts("a123yz")
+    assert not g.accepts("a1") and not g.accepts("ayzz") and not g.accepts("")
+
+
+def test_bounded_repetition_counts():
+    g = Grammar({"start": repeat("ab", 2, 4)})
+    assert [g.accepts("ab" * n) for n in range(6)] == [False, False, True, True, True, False]
+
+
+def test_nullable_loop_body_terminates():
+    g = Grammar({"start": star(star("a"))})
+    assert g.accepts("") and g.accepts("aaaa") and not g.accepts("b")
+
+
+def test_inlined_rules_give_a_dfa_without_calls():
+    rules = {"start": seq(Ref("pair"), ",", Ref("pair")), "pair": seq(Ref("key"), ":", DIGIT), "key": plus(ByteSet(((0x61, 0x7A),)))}
+    g = Grammar(rules)
+    assert not g.automaton._nfa.has_calls
+    assert g.accepts("ab:1,c:2") and not g.accepts("ab:1,c:")
+
+
+def test_bytes_outside_utf8_are_matched_exactly():
+    g = Grammar({"start": seq(Bytes(b"\xff\x00"), ByteSet(((0x80, 0x8F),)))})
+    assert g.accepts(b"\xff\x00\x85") and not g.accepts(b"\xff\x00\x90")
+
+
+# -- UTF-8 --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ranges, negated",
+    [(((0x41, 0x5A),), False), (((0x80, 0x10FFFF),), False), (((0x7F, 0x800),), False), (((0x22, 0x22), (0x5C, 0x5C)), True), (((0xD000, 0xE100),), False)],
+)
+def test_utf8_sequences_cover_exactly_the_code_points(ranges, negated):
+    sequences = utf8_sequences(ranges, negated)
+
+    def matches(data: bytes) -> bool:
+        return any(len(s) == len(data) and all(lo <= b <= hi for b, (lo, hi) in zip(data, s)) for s in sequences)
+
+    def inside(cp: int) -> bool:
+        hit = any(lo <= cp <= hi for lo, hi in ranges)
+        return hit != negated
+
+    for cp in list(range(0, 0x3000, 7)) + [0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF]:
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        assert matches(chr(cp).encode("utf-8")) == inside(cp), hex(cp)
+
+
+def test_no_dead_end_inside_a_character_that_leads_nowhere():
+    # '.' followed by an empty class matches nothing; its first byte must not be offered.
+    g = Grammar.from_regex(r"a|.[^\d\D]")
+    automaton = g.automaton
+    assert automaton.next_bytes(automaton.initial) == b"a"
+    g = Grammar({"start": alt("x", seq(CharSet((), True), CharSet((), False)))})
+    assert g.automaton.next_bytes(g.automaton.initial) == b"x"
+
+
+def test_charset_never_accepts_half_a_character_or_surrogates():
+    g = Grammar({"start": plus(CharSet(((0x22, 0x22),), True))})
+    assert g.accepts("héllo 😀")
+    assert not g.accepts("\"")
+    assert not g.accepts(b"h\xc3")  # truncated two-byte sequence
+    assert not g.accepts(b"\xed\xa0\x80")  # encoded surrogate U+D800
+    assert not g.accepts(b"\xc0\xaf")  # overlong encoding
+    automaton = g.automaton
+    mid = automaton.step_bytes(automaton.initial, "é".encode()[:1])
+    assert mid != DEAD and not automaton.is_accepting(mid)
+    assert set(automaton.next_bytes(mid)) == set(range(0x80, 0xC0))
+
+
+# -- recursion, left recursion, ambiguity ---------------------------------------------
+
+
+def test_balanced_parentheses():
+    g = Grammar({"start": Ref("p"), "p": star(seq("(", Ref("p"), ")"))})
+    assert g.automaton._nfa.has_calls
+    for text, expected in [("", True), ("()", True), ("(())()", True), ("((((((()))))))", True), ("(()", False), ("())", False), (")(", False)]:
+        assert g.accepts(text) is expected, text
+
+
+def test_deep_nesting():
+    g = Grammar({"start": Ref("v"), "v": alt("x", seq("[", Ref("v"), "]"))})
+    assert g.accepts("[" * 300 + "x" + "]" * 300)
+    assert not g.accepts("[" * 300 + "x" + "]" * 299)
+
+
+def test_left_recursion():
+    rules = {"start": Ref("expr"), "expr": alt(seq(Ref("expr"), "+", Ref("term")), Ref("term")), "term": plus(DIGIT)}
+    g = Grammar(rules)
+    for text, expected in [("1", True), ("1+2", True), ("12+3+45", True), ("+", False), ("1+", False), ("1++2", False)]:
+        assert g.accepts(text) is expected, text
+
+
+def test_indirect_and_hidden_left_recursion():
+    rules = {
+        "start": Ref("a"),
+        "a": alt(seq(Ref("b"), "x"), "y"),
+        "b": seq(optional("z"), Ref("a")),
+    }
+    g = Grammar(rules)
+    assert g.accepts("y") and g.accepts("yx") and g.accepts("zyx") and g.accepts("zzyxx")
+    assert not g.accepts("zy") and not g.accepts("x")
+
+
+def test_ambiguous_grammar():
+    g = Grammar({"start": alt(seq(Ref("start"), Ref("start")), "a")})
+    assert [g.accepts("a" * n) for n in range(8)] == [False] + [True] * 7
+    assert not g.accepts("ab")
+
+
+def test_nullable_recursive_rule():
+    g = Grammar({"start": seq(Ref("s"), "!"), "s": alt(seq(Ref("s"), Ref("s")), "", "a")})
+    assert g.accepts("!") and g.accepts("aaa!") and not g.accepts("aa")
+
+
+def test_ambiguity_growth_is_bounded_by_an_error(monkeypatch):
+    monkeypatch.setattr(automaton_module, "MAX_ITEMS_PER_CONFIG", 300)
+    g = Grammar({"start": alt(seq(Ref("start"), Ref("start"), Ref("start")), "", "a")})
+    automaton = g.automaton
+    config = automaton.initial
+    with pytest.raises(GrammarError, match="too ambiguous"):
+        for _ in range(1000):
+            config = automaton.step(config, ord("a"))
+
+
+def test_json_like_recursive_grammar():
+    text = r"""
+    start ::= value;
+    value ::= object | array | string | number | 'true' | 'false' | 'null';
+    object ::= '{' (pair (',' pair)*)? '}';
+    pair ::= string ':' value;
+    array ::= '[' (value (',' value)*)? ']';
+    string ::= '"' #'[^"\\\x00-\x1f]*' '"';
+    number ::= #'-?(0|[1-9][0-9]*)(\.[0-9]+)?';
+    """
+    g = Grammar.from_ebnf(text)
+    assert g.accepts('{"a":[1,2,{"b":null}],"c":"d"}')
+    assert g.accepts("[[[[]]],[]]")
+    assert not g.accepts('{"a":[1,2}')
+    assert not g.accepts('{"a" 1}')
+
+
+# -- vectorised stepping ---------------------------------------------------------------
+
+
+def test_step_many_matches_step():
+    g = Grammar({"start": Ref("p"), "p": star(alt(seq("(", Ref("p"), ")"), plus(DIGIT)))})
+    automaton = g.automaton
+    configs = [automaton.initial]
+    for data in [b"(", b"((", b"(1", b"((2)", b"()"]:
+        configs.append(automaton.step_bytes(automaton.initial, data))
+    rng = np.random.default_rng(0)
+    pick = rng.integers(0, len(configs), 500)
+    config_array = np.array([configs[i] for i in pick] + [DEAD] * 5, dtype=np.int32)
+    byte_array = rng.choice(np.frombuffer(b"()0123x", dtype=np.uint8), len(config_array)).astype(np.uint8)
+    result = automaton.step_many(config_array, byte_array)
+    assert result.dtype == np.int32
+    expected = [automaton.step(int(c), int(b)) for c, b in zip(config_array, byte_array)]
+    assert result.tolist() == expected
+    assert (result[-5:] == DEAD).all()
+
+
+def test_step_many_broadcasts_one_config_over_all_bytes():
+    g = Grammar.from_regex("[a-c]x|dy")
+    automaton = g.automaton
+    result = automaton.step_many(np.int32(automaton.initial), np.arange(256, dtype=np.uint8))
+    live = set(np.nonzero(result != DEAD)[0].tolist())
+    assert live == set(b"abcd")
+    assert automaton.next_bytes(automaton.initial) == b"abcd"
+
+
+def test_queries_on_dead_and_accepting_configs():
+    g = Grammar.from_regex("ab?")
+    automaton = g.automaton
+    a = automaton.step(automaton.initial, ord("a"))
+    assert automaton.is_accepting(a) and automaton.can_continue(a)
+    ab = automaton.step(a, ord("b"))
+    assert automaton.is_accepting(ab) and not automaton.can_continue(ab)
+    assert automaton.step(ab, ord("b")) == DEAD
+    assert not automaton.is_accepting(DEAD) and not automaton.can_continue(DEAD)
+    assert automaton.next_bytes(DEAD) == b""
+    assert automaton.step(DEAD, 0) == DEAD
+
+
+# -- any! and except! ------------------------------------------------------------------
+
+
+def test_any_token_is_exactly_one_whole_token():
+    g = Grammar({"start": seq("a", AnyToken(), "b")})
+    assert g.automaton.has_token_hooks
+    assert run_tokens(g, [b"a", b"xyz", b"b"]) is True
+    assert run_tokens(g, [b"a", b"b", b"b"]) is True
+    assert run_tokens(g, [b"a", b"xyz", b"b", b"b"]) == "dead"
+    assert run_tokens(g, [b"ax", b"b"]) == "dead"  # any! cannot start in the middle of a token
+    assert run_tokens(g, [b"a", b"xb"]) is False  # the token "xb" is the any!, 'b' still missing
+    assert run_tokens(g, [b"a", b"b"]) is False
+
+
+def test_after_any_token_only_at_a_boundary():
+    g = Grammar({"start": seq("a", AnyToken(), "b")})
+    automaton = g.automaton
+    mid = automaton.step(automaton.initial, ord("a"))
+    assert automaton.after_any_token(mid) == DEAD
+    at_boundary = automaton.on_token_boundary(mid)
+    after = automaton.after_any_token(at_boundary)
+    assert after != DEAD and automaton.next_bytes(after) == b"b"
+    assert automaton.min_bytes_to_accept(automaton.initial) == 3
+
+
+def test_accepts_treats_any_as_a_non_empty_string():
+    g = Grammar.from_ebnf("start ::= 'a' any! 'b';")
+    assert g.accepts("axyzb") and g.accepts("abb")
+    assert not g.accepts("ab")
+
+
+def test_grammars_without_hooks_ignore_token_boundaries():
+    g = Grammar.from_regex("a+")
+    automaton = g.automaton
+    assert not automaton.has_token_hooks
+    config = automaton.step(automaton.initial, ord("a"))
+    assert automaton.on_token_boundary(config) == config
+    assert automaton.after_any_token(config) == DEAD
+
+
+@pytest.mark.parametrize("limit", [None, 10])
+def test_except_seed_examples(limit):
+    g = Grammar({"start": seq(Except((b"\n\n",), limit), "\n\n")})
+    assert g.accepts("114514\n\n")
+    assert not g.accepts("114514")
+    assert not g.accepts("114\n\n514\n\n")
+    assert not g.accepts("114\n\n\n")  # '\n\n' would start inside the except! text
+    assert g.accepts("\n\n")
+    assert run_tokens(g, [b"114", b"514", b"\n\n"]) is True
+    assert run_tokens(g, [b"114\n", b"\n\n"]) == "dead"
+    assert run_tokens(g, [b"114", b"\n\n"]) is True
+
+
+def test_except_token_limit_counts_tokens():
+    g = Grammar({"start": seq(Except((b"\n\n",), 2), "\n\n")})
+    assert run_tokens(g, [b"11", b"45", b"\n\n"]) is True
+    assert run_tokens(g, [b"11", b"45", b"1", b"\n\n"]) == "dead"
+    assert run_tokens(g, [b"11", b"45\n\n"]) is True  # the last text token also carries the terminator
+    assert g.accepts("1145141919810\n\n")  # whole-string checks have no tokens
+
+
+def test_except_several_strings_and_overlaps():
+    g = Grammar({"start": seq(Except((b"*[", b"]*")), "]*")})
+    assert g.accepts("abc]*") and g.accepts("a*b]c]*")
+    assert not g.accepts("a*[b]*") and not g.accepts("ab]*c]*") and not g.accepts("ab]]*]*")
+
+
+def test_except_exclusion_follows_text_out_of_a_recursive_rule():
+    g = Grammar.from_ebnf("s ::= '<' t '>'; t ::= except!('>>') | '(' t ')';")
+    assert g.automaton._nfa.has_calls
+    assert g.accepts("<a>") and g.accepts("<(a>)>") and g.accepts("<((x))>")
+    assert not g.accepts("<a>>")  # '>>' would start inside the except! text of t
+    assert not g.accepts("<(a>>)>")
+
+
+def test_except_text_is_valid_utf8():
+    g = Grammar({"start": seq(Except((b"!",)), "!")})
+    assert g.accepts("héllo 😀!")
+    assert not g.accepts(b"h\xc3!")
+
+
+# -- intersection -----------------------------------------------------------------------
+
+
+def test_intersection_of_regular_expressions():
+    g = Grammar({"start": Intersect((plus(ByteSet(((0x61, 0x7A),))), repeat(CharSet((), True), 2, 3)))})
+    assert g.accepts("ab") and g.accepts("abc")
+    assert not g.accepts("a") and not g.accepts("abcd") and not g.accepts("a1")
+
+
+def test_intersection_never_leaves_a_dead_end():
+    # "a" then digits, at most 4 characters, ending in 7: after "a777" nothing fits any more.
+    g = Grammar({"start": seq("<", Intersect((seq("a", star(DIGIT)), repeat(CharSet((), True), 0, 4), seq(star(CharSet((), True)), "7"))), ">")})
+    automaton = g.automaton
+    config = automaton.step_bytes(automaton.initial, b"<a1")
+    assert config != DEAD
+    # Every byte offered leads somewhere that can still finish.
+    for byte in automaton.next_bytes(config):
+        following = automaton.step(config, byte)
+        assert automaton.is_accepting(automaton.step_bytes(following, automaton.shortest_completion(following)))
+    assert automaton.next_bytes(automaton.step_bytes(automaton.initial, b"<a12")) == b"7"
+    assert g.accepts("<a7>") and g.accepts("<a127>") and not g.accepts("<a1237>") and not g.accepts("<a12>")
+
+
+def test_empty_intersection_is_an_error_unless_avoidable():
+    too_long = Intersect((repeat("a", 10, 10), repeat(CharSet((), True), 0, 5)))
+    with pytest.raises(GrammarError, match="matches nothing"):
+        Grammar({"start": seq("<", too_long, ">")}).automaton
+    g = Grammar({"start": alt(seq("<", too_long, ">"), "ok")})
+    assert g.accepts("ok") and not g.accepts("<")
+    assert g.automaton.next_bytes(g.automaton.initial) == b"o"
+
+
+def test_intersection_rejects_recursive_operands():
+    rules = {"start": Intersect((Ref("p"), plus("("))), "p": alt("", seq("(", Ref("p"), ")"))}
+    with pytest.raises(GrammarError, match="regular"):
+        Grammar(rules).automaton
+
+
+# -- shortest completions -----------------------------------------------------------------
+
+
+def test_shortest_completion_through_recursion():
+    g = Grammar({"start": Ref("v"), "v": alt("null", seq("[", Ref("v"), star(seq(",", Ref("v"))), "]"))})
+    automaton = g.automaton
+    config = automaton.step_bytes(automaton.initial, b"[[[nu")
+    completion = automaton.shortest_completion(config)
+    assert completion == b"ll]]]"
+    assert automaton.min_bytes_to_accept(config) == 5
+    assert automaton.is_accepting(automaton.step_bytes(config, completion))
+
+
+def test_shortest_completion_respects_except_lookahead():
+    g = Grammar({"start": seq(Except((b"ab",)), "b")})
+    automaton = g.automaton
+    config = automaton.step_bytes(automaton.initial, b"xa")
+    # 'b' right away would complete "ab" that started inside the except! text.
+    assert automaton.shortest_completion(config) not in (b"b",)
+    assert automaton.is_accepting(automaton.step_bytes(config, automaton.shortest_completion(config)))
+    assert automaton.min_bytes_to_accept(config) == 2
+
+
+def test_shortest_completion_of_dead_is_an_error():
+    automaton = Grammar.from_regex("a").automaton
+    with pytest.raises(ValueError):
+        automaton.shortest_completion(DEAD)
+    with pytest.raises(ValueError):
+        automaton.min_bytes_to_accept(DEAD)
+
+
+def test_large_repetition_is_a_clear_error():
+    with pytest.raises(GrammarError, match="too large"):
+        Grammar({"start": repeat(repeat(chars([(0, 0x10FFFF)]), 0, 1000), 0, 1000)}).automaton

@@ -1,0 +1,290 @@
+"""Properties of compiled grammars: random walks, shortest completions, validation and caching."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
+
+from surecall.engine.automaton import DEAD
+from surecall.engine.errors import GrammarError
+from surecall.engine.grammar import AUTOMATON_CACHE_SIZE, Grammar, clear_automaton_cache
+from surecall.engine.ir import NOTHING, Alt, AnyToken, Bytes, ByteSet, Except, Ref, Repeat, Seq, alt, literal, seq, star
+
+_spec = importlib.util.spec_from_file_location("regex_strategies", Path(__file__).with_name("regex_strategies.py"))
+regex_strategies = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(regex_strategies)
+
+GRAMMARS = {
+    "json": r"""
+        start ::= ws value ws;
+        value ::= object | array | string | number | 'true' | 'false' | 'null';
+        object ::= '{' ws (pair (ws ',' ws pair)*)? ws '}';
+        pair ::= string ws ':' ws value;
+        array ::= '[' ws (value (ws ',' ws value)*)? ws ']';
+        string ::= '"' (#'[^"\\\x00-\x1f]' | '\\' #'["\\/bfnrt]' | '\\u' #'[0-9a-fA-F]{4}')* '"';
+        number ::= '-'? ('0' | #'[1-9][0-9]*') ('.' #'[0-9]+')? (#'[eE][+-]?[0-9]+')?;
+        ws ::= #'[ \n]{0,2}';
+    """,
+    "parens": "start ::= ('(' start ')' | '[' start ']')*;",
+    "left_recursion": "expr ::= expr '+' term | expr '-' term | term; term ::= term '*' atom | atom; atom ::= #'[0-9]+' | '(' expr ')';",
+    "ambiguous": "s ::= s s | 'a' | 'b' s 'c';",
+    "except": "start ::= (except!('*[', ']*') '*[' except!(']*') ']*')+;",
+    "utf8": "start ::= #'[α-ω]+' ('·' #'[^a-z]')* '!';",
+    "hidden_left_recursion": "a ::= b 'x' | 'y'; b ::= 'z'? a;",
+}
+
+
+def random_walk(grammar: Grammar, choices: list[int], max_steps: int = 60) -> bytes:
+    """Walk from the initial configuration choosing among ``next_bytes``, stopping where ``choices`` says."""
+    automaton = grammar.automaton
+    config = automaton.initial
+    out = bytearray()
+    for step, choice in enumerate(choices[:max_steps]):
+        assert config != DEAD
+        options = automaton.next_bytes(config)
+        if automaton.is_accepting(config) and (not options or choice % 5 == 0):
+            break
+        assert options, "a live configuration that is not accepting must have a way forward"
+        byte = options[choice % len(options)]
+        config = automaton.step(config, byte)
+        assert config != DEAD, "next_bytes offered a byte that kills the configuration"
+        out.append(byte)
+    completion = automaton.shortest_completion(config)
+    assert len(completion) == automaton.min_bytes_to_accept(config)
+    final = automaton.step_bytes(config, completion)
+    assert automaton.is_accepting(final)
+    return bytes(out) + completion
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(choices=st.lists(st.integers(0, 1_000), max_size=60))
+def test_random_walks_end_in_accepted_text(name, choices):
+    grammar = Grammar.from_ebnf(GRAMMARS[name])
+    text = random_walk(grammar, choices)
+    assert grammar.accepts(text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair=regex_strategies.regexes, choices=st.lists(st.integers(0, 1_000), max_size=30))
+def test_random_walks_on_random_regexes(pair, choices):
+    import re
+
+    ours, python = pair
+    try:
+        grammar = Grammar.from_regex(ours)
+    except GrammarError:
+        reject()
+    text = random_walk(grammar, choices)
+    assert grammar.accepts(text)
+    assert re.fullmatch(python, text.decode("utf-8"), re.ASCII), (ours, text)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(choices=st.lists(st.integers(0, 1_000), max_size=40), cut=st.integers(0, 40))
+def test_shortest_completion_is_shortest_on_a_prefix(choices, cut):
+    """Compare with a breadth-first search over bytes for a grammar with competing completions."""
+    grammar = Grammar.from_ebnf(GRAMMARS["left_recursion"])
+    automaton = grammar.automaton
+    text = random_walk(grammar, choices)
+    config = automaton.step_bytes(automaton.initial, text[: min(cut, len(text))])
+    frontier = {config}
+    depth = 0
+    while not any(automaton.is_accepting(c) for c in frontier):
+        frontier = {automaton.step(c, b) for c in frontier for b in automaton.next_bytes(c)}
+        depth += 1
+    assert automaton.min_bytes_to_accept(config) == depth
+
+
+def test_next_bytes_and_can_continue_agree_with_step():
+    grammar = Grammar.from_ebnf(GRAMMARS["json"])
+    automaton = grammar.automaton
+    config = automaton.step_bytes(automaton.initial, b'{"key": [1, tr')
+    assert automaton.next_bytes(config) == b"u"
+    live = [b for b in range(256) if automaton.step(config, b) != DEAD]
+    assert bytes(live) == automaton.next_bytes(config)
+    assert automaton.can_continue(config) and not automaton.is_accepting(config)
+    done = automaton.step_bytes(automaton.initial, b"[1]")
+    assert automaton.is_accepting(done) and automaton.can_continue(done)  # trailing whitespace may follow
+    assert automaton.shortest_completion(config) == b"ue]}"
+
+
+def test_forced_literal_path_is_one_byte_at_a_time():
+    grammar = Grammar({"start": seq("{\"name\": \"", star(ByteSet(((0x61, 0x7A),))), "\"}")})
+    automaton = grammar.automaton
+    config = automaton.initial
+    forced = bytearray()
+    while len(automaton.next_bytes(config)) == 1:
+        forced += automaton.next_bytes(config)
+        config = automaton.step(config, forced[-1])
+    assert bytes(forced) == b'{"name": "'
+
+
+# -- random context-free grammars against a reference recogniser --------------------------
+
+RULE_NAMES = ["r0", "r1", "r2"]
+
+
+def _reference_ends(node, text: bytes, i: int, table: dict) -> set[int]:
+    """End positions j such that ``node`` derives ``text[i:j]``, given rule results so far."""
+    t = type(node)
+    if t is Bytes:
+        return {i + len(node.value)} if text.startswith(node.value, i) else set()
+    if t is ByteSet:
+        return {i + 1} if i < len(text) and any(lo <= text[i] <= hi for lo, hi in node.ranges) else set()
+    if t is Seq:
+        current = {i}
+        for item in node.items:
+            current = {j for k in current for j in _reference_ends(item, text, k, table)}
+        return current
+    if t is Alt:
+        return {j for item in node.items for j in _reference_ends(item, text, i, table)}
+    if t is Repeat:
+        result = {i} if node.min == 0 else set()
+        current, count = {i}, 0
+        while current and (node.max is None or count < node.max):
+            current = {j for k in current for j in _reference_ends(node.item, text, k, table)}
+            count += 1
+            if count >= node.min:
+                new = current - result
+                result |= current
+                if node.max is None and not new:
+                    break
+        return result
+    if t is Ref:
+        return table.get((node.name, i), set())
+    raise AssertionError(node)
+
+
+def reference_accepts(rules: dict, start: str, text: bytes) -> bool:
+    """Least fixpoint over (rule, position): handles left recursion and ambiguity by construction."""
+    table: dict = {}
+    changed = True
+    while changed:
+        changed = False
+        for name, body in rules.items():
+            for i in range(len(text) + 1):
+                ends = _reference_ends(body, text, i, table)
+                if not ends <= table.get((name, i), set()):
+                    table[(name, i)] = table.get((name, i), set()) | ends
+                    changed = True
+    return len(text) in table.get((start, 0), set())
+
+
+terminals = st.sampled_from([literal("a"), literal("b"), literal("ab"), literal(""), ByteSet(((0x61, 0x62),))])
+refs = st.sampled_from([Ref(name) for name in RULE_NAMES])
+bodies = st.recursive(
+    st.one_of(terminals, refs),
+    lambda children: st.one_of(
+        st.lists(children, min_size=2, max_size=3).map(lambda items: Seq(tuple(items))),
+        st.lists(children, min_size=2, max_size=3).map(lambda items: Alt(tuple(items))),
+        st.tuples(children, st.sampled_from([(0, None), (1, None), (0, 1), (2, 3)])).map(lambda x: Repeat(x[0], *x[1])),
+    ),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rule_bodies=st.lists(bodies, min_size=len(RULE_NAMES), max_size=len(RULE_NAMES)),
+    texts=st.lists(st.text(alphabet="ab", max_size=6), min_size=1, max_size=6),
+)
+def test_random_grammars_agree_with_a_reference_recogniser(rule_bodies, texts):
+    rules = dict(zip(RULE_NAMES, rule_bodies))
+    try:
+        grammar = Grammar(rules, "r0")
+    except GrammarError:
+        reject()
+    for text in texts:
+        data = text.encode()
+        assert grammar.accepts(data) == reference_accepts(rules, "r0", data), (rules, text)
+
+
+# -- validation -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rules, start, message, rule",
+    [
+        ({"start": Ref("missing")}, "start", "undefined rule 'missing'", "start"),
+        ({"start": literal("a")}, "main", "start rule 'main' is not defined", "main"),
+        ({"start": NOTHING}, "start", "can never derive", "start"),
+        ({"start": seq("a", Ref("loop")), "loop": seq("b", Ref("loop"))}, "start", "can never derive", "loop"),
+        ({"start": Repeat(literal("a"), 3, 1)}, "start", "bad repetition bounds", "start"),
+        ({"start": Except((b"",))}, "start", "non-empty string", "start"),
+        ({"start": "not a node"}, "start", "not a grammar node", "start"),
+    ],
+)
+def test_invalid_rules_are_rejected_at_construction(rules, start, message, rule):
+    with pytest.raises(GrammarError) as info:
+        Grammar(rules, start)
+    assert message in str(info.value)
+    assert info.value.rule == rule
+
+
+def test_empty_grammar_is_rejected():
+    with pytest.raises(GrammarError, match="at least one rule"):
+        Grammar({})
+
+
+def test_grammars_are_values_and_share_compiled_automata():
+    clear_automaton_cache()
+    first = Grammar({"start": seq("a", Ref("b")), "b": star("b")})
+    second = Grammar({"b": star("b"), "start": seq("a", Ref("b"))})
+    assert first == second and hash(first) == hash(second)
+    assert first.automaton is second.automaton
+    assert first.automaton is first.automaton
+    different = Grammar({"start": seq("a", Ref("b")), "b": star("c")})
+    assert different != first and different.automaton is not first.automaton
+
+
+def test_automaton_cache_is_bounded():
+    clear_automaton_cache()
+    first = Grammar.from_regex("x0")
+    kept = first.automaton
+    for i in range(1, AUTOMATON_CACHE_SIZE + 5):
+        Grammar.from_regex(f"x{i}").automaton
+    again = Grammar.from_regex("x0")
+    assert again.automaton is not kept  # evicted, recompiled
+    assert again.accepts("x0")
+
+
+def test_grammars_and_errors_pickle():
+    import pickle
+
+    grammar = Grammar.from_ebnf(GRAMMARS["left_recursion"])
+    again = pickle.loads(pickle.dumps(grammar))
+    assert again == grammar and again.accepts("1+2*3")
+    error = pickle.loads(pickle.dumps(GrammarError("bad", line=2, column=3, rule="r")))
+    assert (error.line, error.column, error.rule) == (2, 3, "r") and str(error) == "bad (line 2, column 3, rule 'r')"
+
+
+def test_rules_are_read_only():
+    grammar = Grammar({"start": literal("a")})
+    with pytest.raises(TypeError):
+        grammar.rules["start"] = literal("b")
+
+
+def test_from_ir_and_token_hooks_flag():
+    grammar = Grammar.from_ir(alt(seq("a", AnyToken()), "b"))
+    assert grammar.automaton.has_token_hooks
+    assert grammar.accepts("axyz") and grammar.accepts("b") and not grammar.accepts("a")
+    assert not Grammar.from_ir(Except((b"x",))).automaton.has_token_hooks
+    assert Grammar.from_ir(Except((b"x",), 3)).automaton.has_token_hooks
+
+
+def test_step_many_grows_the_table_for_recursive_grammars():
+    grammar = Grammar.from_ebnf(GRAMMARS["parens"])
+    automaton = grammar.automaton
+    configs = [automaton.initial]
+    for depth in range(200):
+        configs.append(automaton.step(configs[-1], ord("(")))
+    before = automaton.num_configs
+    stepped = automaton.step_many(np.array(configs, dtype=np.int32), np.full(len(configs), ord(")"), dtype=np.uint8))
+    assert stepped[0] == DEAD and (stepped[1:] != DEAD).all()
+    assert automaton.num_configs >= before

@@ -1,0 +1,386 @@
+"""Matcher behaviour against small automata whose languages are known exactly."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from surecall.engine.errors import TokenBudgetError
+from surecall.engine.matcher import Matcher, Status
+
+_spec = importlib.util.spec_from_file_location("automaton_doubles", Path(__file__).with_name("automaton_doubles.py"))
+doubles = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(doubles)
+
+EOS = 1
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return doubles.sample_vocabulary(extra_logits=7)
+
+
+def tokens_for(vocab, *pieces: bytes) -> list[int]:
+    return [vocab.tokenize_bytes(p)[0] if len(vocab.tokenize_bytes(p)) == 1 else None for p in pieces]
+
+
+def walk(matcher, vocab, text: bytes) -> list[Status]:
+    return [matcher.advance(t) for t in vocab.tokenize_bytes(text)]
+
+
+def test_masks_equal_brute_force_along_a_record(vocab):
+    automaton = doubles.json_like_record()
+    matcher = Matcher(doubles.FakeGrammar(automaton), vocab)
+    text = '{"name": "héllo wörld 日本", "note": "x\\"y"}'.encode()
+    for token_id in vocab.tokenize_bytes(text):
+        expected = doubles.brute_force_allowed(automaton, vocab, matcher.config)
+        assert set(matcher.allowed_token_ids().tolist()) == expected
+        assert token_id in expected
+        matcher.advance(token_id)
+    assert matcher.text_bytes() == text
+
+
+def test_loop_groups_and_plain_walk_agree(vocab):
+    # The in-string configuration loops on a token group; a fresh walk without the
+    # group shortcut must find exactly the same tokens and end configurations.
+    automaton = doubles.json_like_record()
+    matcher = Matcher(doubles.FakeGrammar(automaton), vocab)
+    walk(matcher, vocab, b'{"name": "')
+    config = matcher.config
+    assert matcher._loop_group(config) is not None
+    entry = matcher._entry(config)
+    ids, ends = entry.ids, entry.ends
+    id_parts, end_parts = [], []
+    matcher._walk_levels(np.array([0], dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
+    plain_ids = np.concatenate(id_parts)
+    order = np.argsort(plain_ids)
+    assert np.array_equal(ids, plain_ids[order])
+    assert np.array_equal(ends, np.concatenate(end_parts)[order])
+
+
+def test_eos_allowed_exactly_when_accepting(vocab):
+    matcher = Matcher(doubles.FakeGrammar(doubles.digits_then_letters()), vocab)
+    assert not set(matcher.allowed_token_ids().tolist()) & {0, 1}
+    assert matcher.advance(EOS) is Status.REJECTED
+    assert matcher.advance(vocab.tokenize_bytes(b"12")[0]) is Status.ACCEPTED
+    assert {0, 1} <= set(matcher.allowed_token_ids().tolist())
+    assert 2 not in matcher.allowed_token_ids()  # a special token that does not end the sequence
+    assert matcher.advance(EOS) is Status.FINISHED
+    assert matcher.is_finished() and matcher.is_accepting()
+    assert len(matcher.allowed_token_ids()) == 0
+    assert matcher.advance(vocab.tokenize_bytes(b"1")[0]) is Status.REJECTED
+
+
+def test_rejected_token_leaves_state_unchanged(vocab):
+    matcher = Matcher(doubles.FakeGrammar(doubles.digits_then_letters()), vocab)
+    matcher.advance(vocab.tokenize_bytes(b"1")[0])
+    before = (matcher.config, matcher.text_bytes(), matcher.token_ids, matcher.allowed_token_ids().tolist())
+    for bad in (vocab.tokenize_bytes(b"X")[0], 2, vocab.size - 1, vocab.size + 5, -3):
+        assert matcher.advance(bad) is Status.REJECTED
+    assert (matcher.config, matcher.text_bytes(), matcher.token_ids, matcher.allowed_token_ids().tolist()) == before
+    with pytest.raises(TypeError):
+        matcher.advance("1")
+
+
+def test_ids_beyond_the_tokenizer_table_are_never_allowed(vocab):
+    matcher = Matcher(doubles.FakeGrammar(doubles.finite_language(["ab", "abc"])), vocab)
+    words = np.zeros((vocab.size + 31) // 32, dtype=np.int32)
+    matcher.fill_bitmask(words)
+    table_size = vocab.size - 7
+    for token_id in range(table_size, vocab.size):
+        assert not (words.view(np.uint32)[token_id >> 5] >> (token_id & 31)) & 1
+
+
+def test_fill_bitmask_layout_rows_and_errors(vocab):
+    matcher = Matcher(doubles.FakeGrammar(doubles.finite_language(["ab", "x"])), vocab)
+    allowed = set(matcher.allowed_token_ids().tolist())
+    words = (vocab.size + 31) // 32
+    buffer = np.full((3, words + 2), -1, dtype=np.int32)
+    matcher.fill_bitmask(buffer, row=1)
+    assert (buffer[0] == -1).all() and (buffer[2] == -1).all()
+    assert (buffer[1, words:] == 0).all()
+    bits = {i for i in range(vocab.size) if (int(buffer[1, i >> 5]) >> (i & 31)) & 1}
+    assert bits == allowed
+    with pytest.raises(ValueError, match="words"):
+        matcher.fill_bitmask(np.zeros(words - 1, dtype=np.int32))
+    with pytest.raises(ValueError):
+        matcher.fill_bitmask(np.zeros((2, words), dtype=np.int32))
+
+
+def test_finished_when_nothing_can_follow(vocab):
+    matcher = Matcher(doubles.FakeGrammar(doubles.finite_language(["ab", "abc"])), vocab)
+    assert matcher.advance(vocab.tokenize_bytes(b"ab")[0]) is Status.ACCEPTED  # "abc" may still follow
+    assert matcher.advance(vocab.tokenize_bytes(b"c")[0]) is Status.FINISHED
+    assert matcher.is_finished()
+
+
+def test_rollback_reset_and_clone(vocab):
+    grammar = doubles.FakeGrammar(doubles.json_like_record())
+    matcher = Matcher(grammar, vocab)
+    tokens = vocab.tokenize_bytes(b'{"name": "hello", "note": "x"}')
+    for token_id in tokens[:4]:
+        matcher.advance(token_id)
+    snapshot = (matcher.config, matcher.text_bytes(), matcher.allowed_token_ids().tolist())
+    twin = matcher.clone()
+    statuses = [matcher.advance(token_id) for token_id in tokens[4:]]
+    assert statuses[-1] is Status.FINISHED and matcher.is_finished()
+    assert (twin.config, twin.text_bytes(), twin.allowed_token_ids().tolist()) == snapshot
+    assert twin._tables is matcher._tables and twin.vocab is matcher.vocab and twin.grammar is matcher.grammar
+    matcher.rollback(len(tokens) - 4)
+    assert (matcher.config, matcher.text_bytes(), matcher.allowed_token_ids().tolist()) == snapshot
+    assert not matcher.is_finished()
+    with pytest.raises(ValueError):
+        matcher.rollback(99)
+    matcher.reset()
+    assert matcher.text_bytes() == b"" and matcher.token_ids == [] and matcher.config == grammar.automaton.initial
+
+
+def test_forced_bytes_and_tokens(vocab):
+    matcher = Matcher(doubles.FakeGrammar(doubles.json_like_record()), vocab)
+    data, tokens = matcher.forced()
+    assert data == b'{"name": "'
+    # No longer token could extend past the forced text, so the whole of it is forced.
+    assert vocab.decode(tokens) == b'{"name": "'
+    for token_id in tokens:
+        assert matcher.advance(token_id) is Status.ACCEPTED
+    assert matcher.forced() == (b"", [])
+    walk(matcher, vocab, b'hi"')
+    data, tokens = matcher.forced()
+    assert data == b', "note": "'
+    # ' "h' could extend past the forced text, so the final ' "' is left to sampling.
+    assert vocab.decode(tokens) == b', "note":'
+    assert all(matcher.advance(t) is Status.ACCEPTED for t in tokens)
+    assert matcher.forced() == (b' "', [])
+
+
+def test_forced_stops_where_the_text_could_end(vocab):
+    matcher = Matcher(doubles.FakeGrammar(doubles.finite_language(["abc", "abcxyz"])), vocab)
+    data, tokens = matcher.forced()
+    assert data == b"abc"
+    assert vocab.decode(tokens) in (b"abc", b"ab", b"a", b"")
+    walk(matcher, vocab, b"abc")
+    assert matcher.forced() == (b"", [])
+
+
+def test_forced_keeps_the_last_token_when_nothing_longer_fits(vocab):
+    matcher = Matcher(doubles.FakeGrammar(doubles.finite_language(["xyz!"])), vocab)
+    data, tokens = matcher.forced()
+    assert data == b"xyz!"
+    assert vocab.decode(tokens) == b"xyz!"
+
+
+def test_utf8_character_split_across_tokens(vocab):
+    automaton = doubles.json_like_record(keys=("name",))
+    matcher = Matcher(doubles.FakeGrammar(automaton), vocab)
+    walk(matcher, vocab, b'{"name": "')
+    first_half = vocab.tokenize_bytes(b"\xe6\x97")[0]
+    assert vocab.token_bytes(first_half) == b"\xe6\x97"
+    assert first_half in matcher.allowed_token_ids()
+    assert matcher.advance(first_half) is Status.ACCEPTED
+    allowed = set(matcher.allowed_token_ids().tolist())
+    assert vocab.tokenize_bytes(b"\xa5")[0] in allowed
+    assert vocab.tokenize_bytes(b"a")[0] not in allowed  # a character cannot start mid-sequence
+    assert matcher.advance(vocab.tokenize_bytes(b"\xa5")[0]) is Status.ACCEPTED
+    walk(matcher, vocab, b'"}')
+    assert matcher.is_finished()
+    assert matcher.text_bytes().decode() == '{"name": "日"}'
+
+
+def test_min_tokens_to_finish_is_an_achievable_path(vocab):
+    automaton = doubles.json_like_record()
+    matcher = Matcher(doubles.FakeGrammar(automaton), vocab)
+    needed = matcher.min_tokens_to_finish()
+    completion = automaton.shortest_completion(automaton.initial)
+    assert 0 < needed <= len(completion)
+    # Following the greedy path reaches acceptance in exactly that many tokens.
+    steps = 0
+    while not matcher.is_accepting():
+        config = matcher._greedy_token_step(matcher.config)
+        candidates = [t for t in matcher.allowed_token_ids().tolist() if matcher._end_state(matcher.config, t) == config]
+        matcher.advance(candidates[0])
+        steps += 1
+    assert steps == needed
+
+
+def test_budget_too_small_raises_with_the_minimum(vocab):
+    grammar = doubles.FakeGrammar(doubles.json_like_record())
+    needed = Matcher(grammar, vocab).min_tokens_to_finish()
+    with pytest.raises(TokenBudgetError, match=str(needed)):
+        Matcher(grammar, vocab, max_tokens=needed - 1)
+    matcher = Matcher(grammar, vocab, max_tokens=needed)
+    assert matcher.remaining_tokens == needed
+
+
+def test_tight_budget_forces_completion(vocab):
+    grammar = doubles.FakeGrammar(doubles.json_like_record())
+    needed = Matcher(grammar, vocab).min_tokens_to_finish()
+    matcher = Matcher(grammar, vocab, max_tokens=needed + 2)
+    rng = np.random.default_rng(0)
+    while not matcher.is_finished():
+        allowed = matcher.allowed_token_ids()
+        assert len(allowed), "a budgeted matcher never runs out of allowed tokens"
+        # Prefer text tokens so the walk uses up the budget instead of stopping early.
+        text = [t for t in allowed.tolist() if t not in vocab.eos_token_ids]
+        choice = int(rng.choice(text)) if text else int(allowed[0])
+        assert matcher.advance(choice) is not Status.REJECTED
+    produced = [t for t in matcher.token_ids if t not in vocab.eos_token_ids]
+    assert len(produced) <= needed + 2
+    assert grammar.accepts(matcher.text_bytes())
+
+
+def test_budget_rejects_tokens_that_leave_no_room(vocab):
+    grammar = doubles.FakeGrammar(doubles.finite_language(["ab", "a" * 9 + "b"]))
+    matcher = Matcher(grammar, vocab, max_tokens=2)
+    a = vocab.tokenize_bytes(b"a")[0]
+    assert a in matcher.allowed_token_ids()
+    matcher.advance(a)
+    # One token left: only "b" completes; another "a" would need more.
+    assert matcher.allowed_token_ids().tolist() == vocab.tokenize_bytes(b"b")
+    assert matcher.advance(a) is Status.REJECTED
+    assert matcher.advance(vocab.tokenize_bytes(b"b")[0]) is Status.FINISHED
+    assert matcher.remaining_tokens == 0
+
+
+def test_masks_are_cached_and_shared_between_matchers(vocab):
+    automaton = doubles.json_like_record()
+    first = Matcher(doubles.FakeGrammar(automaton), vocab)
+    walk(first, vocab, b'{"name": "he')
+    first.allowed_token_ids()
+    calls = automaton.step_calls
+    second = Matcher(doubles.FakeGrammar(automaton), vocab)
+    walk(second, vocab, b'{"name": "he')
+    assert second.allowed_token_ids().tolist() == first.allowed_token_ids().tolist()
+    assert automaton.step_calls == calls
+
+
+def test_matcher_needs_a_grammar_and_a_vocabulary(vocab):
+    with pytest.raises(TypeError, match="Grammar"):
+        Matcher(object(), vocab)
+    with pytest.raises(TypeError, match="TokenVocabulary"):
+        Matcher(doubles.FakeGrammar(doubles.digits_then_letters()), object())
+    with pytest.raises(ValueError, match="max_tokens"):
+        Matcher(doubles.FakeGrammar(doubles.digits_then_letters()), vocab, max_tokens=-1)
+
+
+def test_any_token_allows_exactly_one_whole_token(vocab):
+    from surecall.engine import Grammar
+
+    grammar = Grammar.from_ebnf("start ::= 'x' any! 'y';")
+    automaton = grammar.automaton
+    assert automaton.has_token_hooks
+    matcher = Matcher(grammar, vocab)
+    assert matcher.advance(vocab.tokenize_bytes(b"x")[0]) is Status.ACCEPTED
+    allowed = set(matcher.allowed_token_ids().tolist())
+    assert allowed == doubles.brute_force_allowed(automaton, vocab, matcher.config)
+    assert set(vocab.normal_ids.tolist()) <= allowed
+    assert matcher.advance(vocab.tokenize_bytes(b" world")[0]) is Status.ACCEPTED
+    assert set(matcher.allowed_token_ids().tolist()) == doubles.brute_force_allowed(automaton, vocab, matcher.config)
+    assert vocab.tokenize_bytes(b"ab")[0] not in matcher.allowed_token_ids()
+    assert matcher.advance(vocab.tokenize_bytes(b"y")[0]) is Status.FINISHED
+    assert grammar.accepts(matcher.text_bytes())
+
+
+def test_except_with_a_token_limit_counts_tokens(vocab):
+    from surecall.engine import Grammar
+
+    grammar = Grammar.from_ebnf("start ::= except!('\\n\\n', 3) '\\n\\n';")
+    automaton = grammar.automaton
+    matcher = Matcher(grammar, vocab)
+    a = vocab.tokenize_bytes(b"abc")[0]
+    for _ in range(3):
+        assert set(matcher.allowed_token_ids().tolist()) == doubles.brute_force_allowed(automaton, vocab, matcher.config)
+        assert matcher.advance(a) is Status.ACCEPTED
+    # Three tokens of free text are used up: only the terminator may follow.
+    allowed = set(matcher.allowed_token_ids().tolist())
+    assert allowed == doubles.brute_force_allowed(automaton, vocab, matcher.config)
+    assert a not in allowed and vocab.tokenize_bytes(b"\n")[0] in allowed
+    assert matcher.advance(a) is Status.REJECTED
+    for _ in range(2):
+        matcher.advance(vocab.tokenize_bytes(b"\n")[0])
+    assert matcher.is_accepting()
+    assert grammar.accepts(matcher.text_bytes())
+
+
+def test_token_groups_are_persisted_per_vocabulary(tmp_path):
+    from surecall.engine.token_groups import GROUP_SPECS, GroupTables
+
+    vocab = doubles.sample_vocabulary()
+    vocab.cache_root = tmp_path
+    spec = next(s for s in GROUP_SPECS if s.name == "json_string")
+    built = GroupTables(vocab).group(spec)
+    assert len(list(tmp_path.glob("groups-*-json_string-*.npz"))) == 1
+    loaded = GroupTables(vocab).group(spec)
+    for name, array in built.to_arrays().items():
+        assert np.array_equal(array, getattr(loaded, name)), name
+    # Members are exactly the tokens made of whole characters inside a JSON string.
+    for token_id in vocab.normal_ids.tolist():
+        data = vocab.token_bytes(token_id)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        expected = text is not None and all(c not in '"\\' and ord(c) >= 0x20 for c in text)
+        assert (token_id in built.member_ids) == expected, data
+
+
+def test_mask_cache_is_bounded_by_bytes():
+    from surecall.engine.matcher import MaskCache, MaskEntry
+
+    cache = MaskCache(max_bytes=3000)
+    entries = {key: MaskEntry(4096, np.arange(key, key + 10, dtype=np.int32), np.zeros(10, dtype=np.int32)) for key in range(5)}
+    for key, entry in entries.items():
+        cache.put(key, entry)
+        assert cache.used <= 3000 or len(cache) == 1
+    assert cache.get(4) is entries[4]
+    assert cache.get(0) is None  # least recently used went first
+    assert cache.used == sum(cache.get(k).nbytes for k in range(5) if cache.get(k) is not None)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "prefix", "group"),
+    [
+        (r'"[^"\\]*"', b'"', "json_string"),
+        (r'"[^"\\\x00-\x1f]*"', b'"', "json_string"),
+        (r"[a-z]*!", b"", None),  # lowercase only: no group fits, the plain walk is used
+        (r"[0-9]+", b"1", "digits"),
+        (r'"[^"é]*"', b'"', "json_string_ascii"),  # one excluded character disables the non-ASCII group
+        (r"(.|\n)*", b"", "text"),
+    ],
+)
+def test_loop_group_choice_matches_the_grammar(vocab, pattern, prefix, group):
+    from surecall.engine import Grammar
+
+    grammar = Grammar.from_regex(pattern)
+    matcher = Matcher(grammar, vocab)
+    for token_id in vocab.tokenize_bytes(prefix) if prefix else []:
+        matcher.advance(token_id)
+    chosen = matcher._loop_group(matcher.config)
+    assert (chosen.spec.name if chosen else None) == group
+    assert set(matcher.allowed_token_ids().tolist()) - {0, 1} == doubles.brute_force_allowed(grammar.automaton, vocab, matcher.config)
+
+
+def test_zero_budget_allows_only_the_end_when_the_empty_output_is_valid(vocab):
+    grammar = doubles.FakeGrammar(doubles.finite_language(["", "ab"]))
+    matcher = Matcher(grammar, vocab, max_tokens=0)
+    assert set(matcher.allowed_token_ids().tolist()) == set(vocab.eos_token_ids)
+    assert matcher.advance(vocab.tokenize_bytes(b"ab")[0]) is Status.REJECTED
+    assert matcher.advance(EOS) is Status.FINISHED
+    with pytest.raises(TokenBudgetError):
+        Matcher(doubles.FakeGrammar(doubles.finite_language(["ab"])), vocab, max_tokens=0)
+
+
+def test_group_tables_do_not_keep_their_vocabulary_alive():
+    import gc
+    import weakref
+
+    from surecall.engine.token_groups import group_tables_for
+
+    vocab = doubles.sample_vocabulary()
+    group_tables_for(vocab)
+    trie = weakref.ref(vocab.trie)
+    del vocab
+    gc.collect()
+    assert trie() is None

@@ -1,0 +1,195 @@
+"""TokenVocabulary: reading tokenizers by duck typing, the trie, greedy tokenization, the disk cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from surecall.engine.trie import TokenTrie, pack_ids, unpack_ids
+from surecall.engine.vocab import TokenVocabulary, bytes_to_unicode
+
+BYTE_CHARS = bytes_to_unicode()
+
+
+def byte_level(data: bytes) -> str:
+    return "".join(BYTE_CHARS[b] for b in data)
+
+
+class AddedToken:
+    def __init__(self, content: str, special: bool = True):
+        self.content = content
+        self.special = special
+
+
+class FakeHFTokenizer:
+    """The parts of a Hugging Face tokenizer that TokenVocabulary reads."""
+
+    def __init__(self, vocab: dict[str, int], added: dict[int, AddedToken], eos_token_id: int | None):
+        self._vocab = dict(vocab)
+        self.added_tokens_decoder = added
+        self.eos_token_id = eos_token_id
+        for token_id, token in added.items():
+            self._vocab[token.content] = token_id
+        self.all_special_ids = [i for i, t in added.items() if t.special]
+
+    def get_vocab(self):
+        return dict(self._vocab)
+
+    def __len__(self):
+        return len(self._vocab)
+
+
+class FakeTiktoken:
+    def __init__(self, ranks: dict[bytes, int], special: dict[str, int]):
+        self._mergeable_ranks = ranks
+        self._special_tokens = special
+        self.eot_token = special.get("<|endoftext|>")
+
+
+def byte_level_tokenizer() -> FakeHFTokenizer:
+    pieces = [bytes([b]) for b in range(256)] + [b" hello", b"\xe6\x97", "日本".encode(), b'{"', b"\n\n"]
+    vocab = {byte_level(p): 3 + i for i, p in enumerate(pieces)}
+    added = {0: AddedToken("<|endoftext|>"), 1: AddedToken("<|im_end|>"), 2: AddedToken("<|im_start|>")}
+    added[len(pieces) + 3] = AddedToken("<tool>", special=False)
+    return FakeHFTokenizer(vocab, added, eos_token_id=1)
+
+
+def test_byte_level_spellings_become_exact_bytes(tmp_path):
+    tok = byte_level_tokenizer()
+    vocab = TokenVocabulary.from_tokenizer(tok, cache_dir=tmp_path)
+    for text, token_id in tok.get_vocab().items():
+        if token_id >= 3 and text != "<tool>":
+            assert vocab.token_bytes(token_id) == bytes(BYTE_CHARS_INV[c] for c in text)
+    assert vocab.token_bytes(tok.get_vocab()[byte_level(b" hello")]) == b" hello"
+    assert vocab.token_bytes(tok.get_vocab()[byte_level(b"\xe6\x97")]) == b"\xe6\x97"
+    # A non-special added token is plain text, spelled as itself rather than in the byte alphabet.
+    assert vocab.token_bytes(tok.get_vocab()["<tool>"]) == b"<tool>"
+    assert vocab.is_text_token(tok.get_vocab()["<tool>"])
+
+
+BYTE_CHARS_INV = {c: b for b, c in BYTE_CHARS.items()}
+
+
+def test_special_tokens_are_kept_apart_and_end_of_turn_tokens_end_the_sequence(tmp_path):
+    vocab = TokenVocabulary.from_tokenizer(byte_level_tokenizer(), cache_dir=tmp_path)
+    assert vocab.special_ids == {0, 1, 2}
+    assert vocab.eos_token_ids == {0, 1}  # eos_token_id plus <|endoftext|>, not <|im_start|>
+    assert not set(vocab.normal_ids.tolist()) & vocab.special_ids
+    # Matching text never produces a special token, even one spelled like the text.
+    assert all(i not in vocab.special_ids for i in vocab.tokenize_bytes(b"<|im_end|>"))
+
+
+def test_sentencepiece_spellings():
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581Hello", "\u2581", "lo", "日"]
+    tok = FakeHFTokenizer({p: i for i, p in enumerate(pieces)}, {1: AddedToken("<s>"), 2: AddedToken("</s>")}, 2)
+    tok.sp_model = object()  # marks a slow SentencePiece tokenizer
+    vocab = TokenVocabulary.from_tokenizer(tok, cache_dir=False)
+    ids = {p: i for i, p in enumerate(pieces)}
+    assert vocab.token_bytes(ids["\u2581Hello"]) == b" Hello"
+    assert vocab.token_bytes(ids["\u2581"]) == b" "
+    assert vocab.token_bytes(ids["<0x0A>"]) == b"\n"
+    assert vocab.token_bytes(ids["<0xE6>"]) == b"\xe6"
+    assert vocab.token_bytes(ids["日"]) == "日".encode()
+    assert vocab.eos_token_ids == {2}
+
+
+def test_tiktoken_style_vocabulary(tmp_path):
+    ranks = {bytes([b]): b for b in range(256)}
+    ranks.update({b"hello": 256, b" world": 257, b"\xe4\xb8": 258})
+    vocab = TokenVocabulary.from_tokenizer(FakeTiktoken(ranks, {"<|endoftext|>": 259, "<|im_end|>": 260}), cache_dir=tmp_path)
+    assert vocab.token_bytes(258) == b"\xe4\xb8"
+    assert vocab.eos_token_ids == {259, 260}
+    assert vocab.special_ids == {259, 260}
+    assert vocab.size == 261
+    assert vocab.tokenize_bytes(b"hello world") == [256, 257]
+
+
+def test_model_vocab_larger_than_tokenizer(tmp_path):
+    ranks = {bytes([b]): b for b in range(256)}
+    vocab = TokenVocabulary.from_tokenizer(FakeTiktoken(ranks, {"<|endoftext|>": 256}), cache_dir=tmp_path, model_vocab_size=300)
+    assert vocab.size == 300
+    assert vocab.token_bytes(299) == b""
+    assert not vocab.is_text_token(299)
+
+
+def test_unreadable_tokenizer_is_a_clear_error():
+    with pytest.raises(TypeError, match="cannot read a vocabulary"):
+        TokenVocabulary.from_tokenizer(object())
+
+
+def test_disk_cache_round_trip_and_corruption(tmp_path):
+    tok = byte_level_tokenizer()
+    built = TokenVocabulary.from_tokenizer(tok, cache_dir=tmp_path)
+    files = list((tmp_path / "vocab").glob("*.npz"))
+    assert len(files) == 1
+    loaded = TokenVocabulary.from_tokenizer(tok, cache_dir=tmp_path)
+    assert loaded.fingerprint == built.fingerprint
+    assert [loaded.token_bytes(i) for i in range(loaded.size)] == [built.token_bytes(i) for i in range(built.size)]
+    assert np.array_equal(loaded.trie.token_ids, built.trie.token_ids)
+    files[0].write_bytes(b"not a cache file")
+    rebuilt = TokenVocabulary.from_tokenizer(tok, cache_dir=tmp_path)
+    assert rebuilt.fingerprint == built.fingerprint
+
+
+def test_cache_key_changes_with_the_vocabulary(tmp_path):
+    TokenVocabulary.from_tokenizer(byte_level_tokenizer(), cache_dir=tmp_path)
+    other = byte_level_tokenizer()
+    other._vocab[byte_level(b"xyz")] = max(other._vocab.values()) + 1
+    vocab = TokenVocabulary.from_tokenizer(other, cache_dir=tmp_path)
+    assert len(list((tmp_path / "vocab").glob("*.npz"))) == 2
+    assert vocab.tokenize_bytes(b"xyz") == [other._vocab[byte_level(b"xyz")]]
+
+
+def test_environment_variable_selects_the_cache_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("SURECALL_CACHE", str(tmp_path))
+    TokenVocabulary.from_tokenizer(byte_level_tokenizer())
+    assert list((tmp_path / "vocab").glob("*.npz"))
+
+
+def test_greedy_tokenization_takes_the_longest_token():
+    vocab = TokenVocabulary([b"a", b"b", b"ab", b"abc", b"abcd"])
+    assert vocab.tokenize_bytes(b"abcab") == [3, 2]
+    assert vocab.tokenize_bytes(b"abcdb") == [4, 1]
+    with pytest.raises(ValueError, match="no token"):
+        vocab.tokenize_bytes(b"abz")
+
+
+# Short strings over a five-letter alphabet, so that tokens share many prefixes.
+byte_strings = st.lists(
+    st.binary(min_size=1, max_size=6).map(lambda b: bytes(x % 5 + 97 for x in b)), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(byte_strings)
+def test_trie_invariants(strings):
+    trie = TokenTrie.build(strings, list(range(len(strings))))
+    # Every token ends at the node its bytes lead to.
+    for token_id, data in enumerate(strings):
+        path = trie.descend(data)
+        assert len(path) == len(data)
+        assert token_id in trie.tokens_at(path[-1]).tolist()
+    # Breadth-first numbering: parents precede children, levels are contiguous, and
+    # each node's children are a contiguous range sorted by byte.
+    assert (trie.parent[1:] < np.arange(1, trie.num_nodes)).all()
+    assert (np.diff(trie.depth) >= 0).all()
+    for node in range(trie.num_nodes):
+        children = list(range(trie.child_start[node], trie.child_end[node]))
+        assert all(trie.parent[c] == node for c in children)
+        assert list(trie.byte[children]) == sorted(set(trie.byte[children]))
+    # Node count equals the number of distinct non-empty prefixes.
+    prefixes = {s[:k] for s in strings for k in range(1, len(s) + 1)}
+    assert trie.num_nodes == len(prefixes) + 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sets(st.integers(0, 99)))
+def test_packed_bitsets(ids):
+    ids_array = np.array(sorted(ids), dtype=np.int32)
+    words = pack_ids(ids_array, 100)
+    assert len(words) == 4
+    for token_id in range(100):
+        assert bool(words[token_id >> 5] >> (token_id & 31) & 1) == (token_id in ids)
+    assert unpack_ids(words, 100).tolist() == sorted(ids)
