@@ -28,7 +28,7 @@ import numpy as np
 
 from bench.asap_example import constrained_sample
 from bench.budget_demo import PEOPLE, PRODUCTS, PERSON_SCHEMA, PRODUCT_SCHEMA, RESULTS_DIR
-from bench.tokenizers import encode, load_tokenizer
+from bench.vocabularies import encode, load_tokenizer
 
 # A tight budget (the mask must drop tokens after which the rest no longer fits) and a
 # loose one (the budget never binds, only the check runs).

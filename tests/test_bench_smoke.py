@@ -1,0 +1,140 @@
+"""A very small run of the benchmark harness, checked against the engines themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("xgrammar")
+pytest.importorskip("llguidance")
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bench.cases import builtin_cases, compact  # noqa: E402
+from bench.mask_bench import make_jobs, run_engine, run_mask_bench, walk  # noqa: E402
+from bench.peers import ENGINES, PEER_NAMES, surecall_available  # noqa: E402
+from bench.report import write_reports  # noqa: E402
+from bench.vocabularies import encode, load_tokenizer, token_bytes_table, vocab_size  # noqa: E402
+
+SCHEMAS = ["get_weather", "tool_call_choice"]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_tokenizer("smollm2")
+
+
+@pytest.fixture(scope="module")
+def engine_names():
+    return (["surecall"] if surecall_available() else []) + list(PEER_NAMES)
+
+
+@pytest.fixture(scope="module")
+def small_run(engine_names):
+    cases = builtin_cases(SCHEMAS)
+    return cases, run_mask_bench(cases, engine_names, ["smollm2"], compile_timeout=120.0, log=lambda _: None)
+
+
+def test_every_passing_engine_really_accepts_the_whole_path(small_run, smollm2):
+    cases, results = small_run
+    engines = results["smollm2"]["engines"]
+    checked = 0
+    for engine_name, run in engines.items():
+        assert "error" not in run, f"{engine_name} did not start: {run.get('error')}"
+        engine = ENGINES[engine_name](smollm2)
+        for case_result in run["cases"]:
+            if case_result["status"] != "passing":
+                continue
+            case = next(c for c in cases if c.id == case_result["id"])
+            path = encode(smollm2, compact(case.valid[0]))
+            assert case_result["tokens"] == len(path)
+            assert len(case_result["steps_us"]) == len(path)
+            session = engine.compile(case.schema_text)
+            session.fill_mask()
+            for token_id in path:
+                assert session.allows(token_id), (engine_name, case.id, token_id)
+                assert session.advance(token_id), (engine_name, case.id, token_id)
+                session.fill_mask()
+            assert session.accepting(), (engine_name, case.id)
+            checked += 1
+    # xgrammar and llguidance handle both schemas; if they stop passing, the harness is broken
+    assert checked >= 2 * len(SCHEMAS)
+
+
+def test_results_json_has_the_expected_fields(small_run, tmp_path):
+    cases, mask = small_run
+    results = {
+        "meta": {"mode": "test", "date": "now", "machine": "here", "versions": {}, "seed": 0,
+                 "compile_timeout_s": 120.0, "schema_count": len(cases), "schema_sources": "builtin",
+                 "schemas": [c.id for c in cases]},
+        "mask": mask,
+    }
+    paths = write_reports(results, tmp_path, "_test")
+    data = json.loads(paths["json"].read_text(encoding="utf-8"))
+    tokenizer_result = data["mask"]["smollm2"]
+    assert tokenizer_result["vocab_size"] == 49152
+    for engine_name, run in tokenizer_result["engines"].items():
+        summary = run["summary"]
+        assert set(summary["correctness"]) == {"passing", "compile_error", "rejected_valid",
+                                               "accepted_invalid", "timeout"}
+        assert sum(summary["correctness"][k] for k in ("passing", "compile_error", "rejected_valid",
+                                                        "accepted_invalid")) == len(SCHEMAS)
+        assert set(summary["ttfm_ms"]) == {"median", "mean", "p90", "max"}
+        assert set(summary["mask_us"]) == {"steps", "mean", "p50", "p99", "max"}
+        assert {c["id"] for c in run["cases"]} == set(SCHEMAS)
+        for case_result in run["cases"]:
+            assert case_result["status"] in {"passing", "compile_error", "rejected_valid", "accepted_invalid"}
+            if case_result["status"] != "compile_error":
+                assert case_result["ttfm_ms"] > 0
+    assert "| engine |" in paths["markdown"].read_text(encoding="utf-8")
+    assert paths["plot"].stat().st_size > 0
+    assert "first mask" in paths["readme"].read_text(encoding="utf-8").lower()
+
+
+def test_a_path_outside_the_schema_is_reported_as_rejected(smollm2):
+    case = builtin_cases(["get_weather"])[0]
+    job = make_jobs([case], smollm2)[0]
+    # present an invalid instance as if it were the valid one: the harness must not call it passing
+    job["valid"] = [encode(smollm2, compact({"location": "Paris", "unit": "kelvin"}))]
+    for engine_name in ("xgrammar", "llguidance"):
+        run = run_engine(engine_name, "smollm2", [job], compile_timeout=120.0, walk_timeout=120.0,
+                         cpu=None, log=lambda _: None)
+        assert run["cases"][0]["status"] == "rejected_valid"
+        assert run["cases"][0]["refused_at"] >= 0
+
+
+def test_walk_stops_at_the_first_refused_token(smollm2):
+    engine = ENGINES["llguidance"](smollm2)
+    session = engine.compile(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}},
+                                         "required": ["n"], "additionalProperties": False}))
+    session.fill_mask()
+    good = encode(smollm2, '{"n":')
+    path = good + encode(smollm2, '"x"}')
+    accepted, refused_at = walk(session, path)
+    assert not accepted
+    assert refused_at == len(good)
+
+
+# SmolLM2's vocabulary has no token for a few control bytes and for the UTF-8 lead bytes of
+# code points above U+3FFFF, so its text is drawn from below that range without controls.
+@settings(max_examples=40, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x1FFFF, blacklist_categories=("Cs", "Cc")), max_size=40))
+def test_token_bytes_spell_the_encoded_text(smollm2, text):
+    table = token_bytes_table(smollm2)
+    ids = encode(smollm2, text)
+    assert b"".join(table[i] for i in ids) == text.encode("utf-8")
+
+
+@pytest.mark.parametrize("name", ["deepseek", "qwen"])
+def test_large_tokenizers_load_with_their_published_sizes(name):
+    tokenizer = load_tokenizer(name)
+    assert vocab_size(tokenizer) == {"deepseek": 129280, "qwen": 151851}[name]
+    table = token_bytes_table(tokenizer)
+    text = '{"città":"Zürich","emoji":"\U0001F600\U00040000","n":[1,2.5e-3]}'
+    ids = encode(tokenizer, text)
+    assert b"".join(table[i] for i in ids) == text.encode("utf-8")
+    assert table[tokenizer.eos_token_id] is None
