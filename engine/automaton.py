@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+from collections import defaultdict
 from functools import lru_cache
 
 import numpy as np
@@ -57,6 +58,7 @@ from .ir import (
     Repeat,
     Seq,
 )
+from .trie import distinct
 
 DEAD = -1
 _UNKNOWN = -2
@@ -630,6 +632,8 @@ class ByteAutomaton:
         self._closures: dict = {}
         self._boundary: dict[int, int] = {}
         self._after_any: dict[int, int] = {}
+        self._next_bytes: dict[int, bytes] = {}
+        self._byte_sets: dict[int, np.ndarray] = {}
         self._table = np.full((64, 256), _UNKNOWN, dtype=np.int32)
         # Reads of computed rows need no lock; building new configurations does.
         self._lock = threading.RLock()
@@ -710,6 +714,12 @@ class ByteAutomaton:
             return cid
         nfa = self._nfa
         kind, out, arg = nfa.kind, nfa.out, nfa.arg
+        if len(key[0]) == 1:
+            # Inside a literal the next position is a plain byte: it is its own closure.
+            (item,) = key[0]
+            if self._local_closure(item[0]) == (item[0],) and kind[item[0]] == _BYTE:
+                cid = self._closures[key] = self._intern(key[0])
+                return cid
         text_mode = self._text_mode
         any_token_state = None if (at_boundary or text_mode) else PENDING
         items: set = set()
@@ -819,10 +829,76 @@ class ByteAutomaton:
                 self._compute_row_locked(cid)
 
     def _compute_row_locked(self, cid: int) -> None:
+        by_mask = self._plain_scans(cid)
+        if by_mask is None:
+            self._compute_row_by_class(cid)
+            return
+        # Split the bytes into the parts every consumed byte set either holds whole or
+        # misses whole; each part scans to one kernel.
+        parts: list[tuple[int, list[int]]] = []
+        masks = list(by_mask)
+        for index, mask in enumerate(masks):
+            refined = []
+            rest = mask
+            for bits, members in parts:
+                inside = bits & mask
+                if inside:
+                    refined.append((inside, members + [index]))
+                    rest &= ~inside
+                    if inside != bits:
+                        refined.append((bits & ~mask, members))
+                else:
+                    refined.append((bits, members))
+            if rest:
+                refined.append((rest, [index]))
+            parts = refined
+        row = np.full(256, DEAD, dtype=np.int32)
+        for bits, members in parts:
+            kernel = [item for index in members for item in by_mask[masks[index]]]
+            row[self._bytes_of(bits)] = self._close(kernel, False)
+        self._table[cid] = row
+
+    def _plain_scans(self, cid: int) -> dict[int, list] | None:
+        """Items after one byte, by the byte set that scans them, when that is all a row
+        needs (no ``except!`` watches or intersections); else None."""
+        nfa = self._nfa
+        kind, out, arg, mask_of = nfa.kind, nfa.out, nfa.arg, nfa.mask
+        classes_of = self._classes_of
+        by_mask: dict[int, list] = {}
+        for p, o, w, t in self._configs[cid]:
+            if p not in classes_of:
+                continue
+            if w is not None:
+                return None
+            k = kind[p]
+            if k == _ANY_START:
+                if t is PENDING:
+                    continue
+                t = None
+            elif k == _ISECT or (arg[p] >= 0 and k != _ANY_INSIDE):
+                return None
+            if o is not None and o[0] == SELF:
+                o = (cid, o[1])
+            found = by_mask.get(mask_of[p])
+            if found is None:
+                found = by_mask[mask_of[p]] = []
+            found.append((out[p], o, None, t))
+        return by_mask
+
+    def _bytes_of(self, bits: int) -> np.ndarray:
+        found = self._byte_sets.get(bits)
+        if found is None:
+            flags = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
+            found = self._byte_sets[bits] = np.flatnonzero(flags)
+        return found
+
+    def _compute_row_by_class(self, cid: int) -> None:
         nfa = self._nfa
         kind, out, arg = nfa.kind, nfa.out, nfa.arg
         classes_of = self._classes_of
-        kernels: dict[int, list] = {}
+        # Scanned items, and for each byte class the indices of the items it scans to.
+        scanned_items: list = []
+        by_class: defaultdict[int, list[int]] = defaultdict(list)
         for item in self._configs[cid]:
             p, o, w, t = item
             classes = classes_of.get(p)
@@ -839,32 +915,44 @@ class ByteAutomaton:
                     if states is None:
                         continue
                     if w is None:
-                        kernels.setdefault(c, []).append((p, o, None, states))
+                        scanned = (p, o, None, states)
                     else:
                         scanned = self._scan_special(p, o, w, states, byte)
-                        if scanned is not None:
-                            kernels.setdefault(c, []).append((p, o, scanned[2], states))
+                        if scanned is None:
+                            continue
+                        scanned = (p, o, scanned[2], states)
+                    by_class[c].append(len(scanned_items))
+                    scanned_items.append(scanned)
                 continue
             if k == _ANY_START:
                 if t is PENDING:
                     continue
+                shared = w is None
                 scanned = (out[p], o, w, None)
-                if w is None:
-                    for c in classes:
-                        kernels.setdefault(c, []).append(scanned)
-                    continue
-            elif w is None and (arg[p] < 0 or k == _ANY_INSIDE):
+            else:
+                shared = w is None and (arg[p] < 0 or k == _ANY_INSIDE)
                 scanned = (out[p], o, None, t)
+            if shared:
+                index = len(scanned_items)
+                scanned_items.append(scanned)
                 for c in classes:
-                    kernels.setdefault(c, []).append(scanned)
+                    by_class[c].append(index)
                 continue
             for c in classes:
                 scanned = self._scan_special(p, o, w, t, self._representative[c])
                 if scanned is not None:
-                    kernels.setdefault(c, []).append(scanned)
+                    by_class[c].append(len(scanned_items))
+                    scanned_items.append(scanned)
         successors = np.full(self._num_classes, DEAD, dtype=np.int32)
-        for c, kernel in kernels.items():
-            successors[c] = self._close(kernel, False)
+        # Classes a terminal elsewhere in the grammar tells apart often scan to the same
+        # items here: close each distinct kernel once.
+        closed: dict[tuple, int] = {}
+        for c, indices in by_class.items():
+            key = tuple(indices)
+            found = closed.get(key)
+            if found is None:
+                found = closed[key] = self._close([scanned_items[i] for i in indices], False)
+            successors[c] = found
         self._table[cid] = successors[self._class_of_byte]
 
     def _scan_special(self, p: int, o, w, t, byte: int):
@@ -936,7 +1024,7 @@ class ByteAutomaton:
             found = self._table[configs, bytes_]
             missing = found == _UNKNOWN
             if missing.any():
-                for config in np.unique(configs[missing]).tolist():
+                for config in distinct(configs[missing]).tolist():
                     self._compute_row(config)
                 found = self._table[configs, bytes_]
             return found
@@ -952,12 +1040,15 @@ class ByteAutomaton:
     def next_bytes(self, config: int) -> bytes:
         if config < 0:
             return b""
-        return bytes(np.nonzero(self.row(config) >= 0)[0].tolist())
+        found = self._next_bytes.get(config)
+        if found is None:
+            found = self._next_bytes[config] = bytes(np.nonzero(self.row(config) >= 0)[0].tolist())
+        return found
 
     def can_continue(self, config: int) -> bool:
         if config < 0:
             return False
-        return bool((self.row(config) >= 0).any()) or self.after_any_token(config) != DEAD
+        return bool(self.next_bytes(config)) or self.after_any_token(config) != DEAD
 
     def consumed_masks(self) -> set[int]:
         """Byte sets (as 256-bit ints) that some position of this automaton consumes."""

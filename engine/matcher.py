@@ -10,9 +10,16 @@ their subtrees, and tokens ending at surviving nodes are allowed. While only one
 can follow (a literal such as ``{"name": "``) the walk descends the trie along that
 byte alone. Where a configuration loops on every byte of a precomputed token group
 (the tokens inside a JSON string, digits, ...) the whole group is allowed at once and
-the walk only visits the trie nodes where tokens leave the group. Results are cached
-per configuration as packed bitsets, shared by every matcher (and clone) of the same
-grammar and vocabulary, in an LRU bounded by ``MASK_CACHE_BYTES``.
+the walk only visits the trie nodes where tokens leave the group. The same shortcut
+covers configurations that every character of a group moves along one chain (the
+counter of a string with ``maxLength``, a bounded run of digits): a member token of
+``k`` characters ends at the ``k``-th configuration of the chain, so members are
+decided by their character count. Results are cached per configuration as packed
+bitsets, shared by every matcher (and clone) of the same grammar and vocabulary, in
+an LRU bounded by ``MASK_CACHE_BYTES``. The chains (at most ``max_chars + 1`` ids,
+about 100 for real vocabularies) and token-path costs are kept per configuration, so
+they grow with the automaton, whose own transition table is larger (256 ids per
+configuration) and bounded by ``automaton.MAX_CONFIGS``.
 
 Token budget (``max_tokens``). ``min_tokens_to_finish`` is the length of a concrete
 token path to an accepting configuration: take the greedy longest token at the start
@@ -34,13 +41,19 @@ from typing import Any
 import numpy as np
 
 from .errors import TokenBudgetError
-from .token_groups import group_tables_for
-from .trie import pack_ids, unpack_ids, words_for
+from .token_groups import group_tables_for, uniform_successor
+from .trie import distinct, pack_ids, unpack_ids, words_for
 from .vocab import TokenVocabulary
 
 DEAD = -1
 UNREACHABLE = 1 << 40
 _ALL_BYTES = np.arange(256, dtype=np.uint8)
+
+# The level walk costs a dozen array operations per trie level; below this many
+# (node, config) pairs a depth-first walk over live bytes is cheaper, for at most
+# this many node visits before handing the rest back to the level walk.
+_SPARSE_FRONTIER = 8
+_SPARSE_BUDGET = 256
 
 # Memory bound of the mask cache of one (grammar, vocabulary) pair.
 MASK_CACHE_BYTES = 64 * 1024 * 1024
@@ -235,7 +248,7 @@ class MatcherBase:
             return np.zeros(0, dtype=np.int32)
         ids, _ = self._current_mask()
         if self._accepting(self._state):
-            ids = np.union1d(ids, self.vocab.eos_array).astype(np.int32)
+            ids = distinct(np.concatenate([ids, self.vocab.eos_array.astype(np.int32)])).astype(np.int32)
         return ids
 
     def fill_bitmask(self, buffer: np.ndarray, row: int | None = None) -> None:
@@ -413,7 +426,8 @@ class _AutomatonTables:
     def __init__(self, vocab: TokenVocabulary) -> None:
         self.masks = MaskCache()
         self.costs: dict[int, int] = {}
-        self.loop_groups: dict[int, Any] = {}
+        self.chain_groups: dict[int, Any] = {}
+        self.successors: dict[tuple[int, str, bool], int | None] = {}
         self.groups = group_tables_for(vocab)
 
 
@@ -465,6 +479,9 @@ class Matcher(MatcherBase):
         return bool(self.automaton.can_continue(config))
 
     def _state_after_bytes(self, config: int, data: bytes) -> int:
+        step_bytes = getattr(self.automaton, "step_bytes", None)
+        if step_bytes is not None:
+            return step_bytes(config, data)
         step = self.automaton.step
         for value in data:
             config = step(config, value)
@@ -555,26 +572,36 @@ class Matcher(MatcherBase):
     def _walk_from_root(self, config: int, id_parts: list, end_parts: list) -> tuple | None:
         """Walk from the trie root; returns the token group allowed as a whole, if one applies."""
         trie = self.vocab.trie
-        group = self._loop_group(config)
-        if group is None:
+        found = self._chain_group(config)
+        if found is None:
             self._walk_levels(np.array([0], dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
             return None
-        # Every token of the group keeps the configuration unchanged: allow them at once,
-        # then walk only the subtrees where tokens leave the group.
-        frontier_nodes, frontier_configs, partial_ids, partial_configs = group.exits_from(self.automaton, config)
+        # Every token of the group ends where its character count leads along the chain
+        # (for a loop: back at ``config``): decide them at once, then walk only the
+        # subtrees where tokens leave the group.
+        group, chain = found
+        frontier_nodes, frontier_configs, partial_ids, partial_configs = group.exits_from(self.automaton, config, chain)
         id_parts.append(partial_ids)
         end_parts.append(partial_configs)
-        found, owner = trie.tokens_at_nodes(frontier_nodes)
-        if len(found):
-            id_parts.append(found)
+        found_ids, owner = trie.tokens_at_nodes(frontier_nodes)
+        if len(found_ids):
+            id_parts.append(found_ids)
             end_parts.append(frontier_configs[owner])
         self._walk_levels(frontier_nodes, frontier_configs, id_parts, end_parts)
-        return group.member_ids, group.member_words, config
+        if chain is None:
+            return group.member_ids, group.member_words, config
+        member_ends = chain[group.member_chars]
+        live = member_ends != DEAD
+        id_parts.append(group.member_ids[live])
+        end_parts.append(member_ends[live])
+        return None
 
     def _walk_levels(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list) -> None:
         """Advance (node, config) pairs level by level below ``nodes``, collecting tokens at live nodes."""
         trie = self.vocab.trie
         step_many = self.automaton.step_many
+        if len(nodes) <= _SPARSE_FRONTIER:
+            nodes, configs = self._walk_sparse(nodes, configs, id_parts, end_parts)
         while len(nodes):
             children, owner = trie.expand_children(nodes)
             if not len(children):
@@ -587,19 +614,110 @@ class Matcher(MatcherBase):
                 id_parts.append(found)
                 end_parts.append(configs[at])
 
+    def _walk_sparse(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list):
+        """Depth-first walk below a few (node, config) pairs, one live byte at a time.
+
+        Where only a few bytes can follow (keys, enums, literals with choices) this
+        visits a handful of trie nodes, far cheaper than a level of array operations.
+        Once the walk widens past ``_SPARSE_BUDGET`` visits, the pairs still pending are
+        returned for the level walk.
+        """
+        trie, automaton = self.vocab.trie, self.automaton
+        blob, child_start, child_end = trie._byte_blob, trie.child_start, trie.child_end
+        token_start, token_ids = trie.token_start, trie.token_ids
+        step, next_bytes = automaton.step, automaton.next_bytes
+        pending = list(zip(nodes.tolist(), configs.tolist()))
+        visits = 0
+        while pending and visits < _SPARSE_BUDGET:
+            node, config = pending.pop()
+            start, end = int(child_start[node]), int(child_end[node])
+            if start == end:
+                continue
+            following = next_bytes(config)
+            if len(following) <= end - start:
+                reached = []
+                for value in following:
+                    child = blob.find(bytes((value,)), start, end)
+                    if child >= 0:
+                        reached.append((child, value))
+            else:
+                reached = [(child, blob[child]) for child in range(start, end)]
+            for child, value in reached:
+                visits += 1
+                after = step(config, value)
+                if after == DEAD:
+                    continue
+                first, last = int(token_start[child]), int(token_start[child + 1])
+                if last > first:
+                    id_parts.append(token_ids[first:last])
+                    end_parts.append(np.full(last - first, after, dtype=np.int32))
+                pending.append((child, after))
+        if not pending:
+            empty = np.zeros(0, dtype=np.int32)
+            return empty, empty
+        left = np.array(pending, dtype=np.int32)
+        return left[:, 0].copy(), left[:, 1].copy()
+
     def _loop_group(self, config: int):
-        cached = self._tables.loop_groups.get(config, False)
+        """The token group whose characters all lead ``config`` back to itself, if any."""
+        found = self._chain_group(config)
+        return found[0] if found is not None and found[1] is None else None
+
+    def _chain_group(self, config: int):
+        """(group, chain) for the largest group whose characters lead ``config`` along one
+        chain of configurations, or None. ``chain`` is None for a loop, else the
+        configuration after 0, 1, ... characters, DEAD-padded to ``group.max_chars + 1``."""
+        tables = self._tables
+        cached = tables.chain_groups.get(config, False)
         if cached is not False:
             return cached
-        row = np.asarray(self.automaton.step_many(np.full(256, config, dtype=np.int32), _ALL_BYTES))
-        group = self._tables.groups.best_loop_group(self.automaton, config, row == config)
-        self._tables.loop_groups[config] = group
-        return group
+        found = tables.groups.best_uniform_group(self.automaton, config, self._row(config))
+        result = None
+        if found is not None:
+            group, successor = found
+            chain = None if successor == config else self._chain(group, config, successor)
+            if successor == config or chain is not None:
+                result = (group, chain)
+        tables.chain_groups[config] = result
+        return result
+
+    def _chain(self, group, config: int, successor: int) -> np.ndarray | None:
+        """Configurations after 0..max_chars characters of ``group`` (DEAD once they die), or
+        None when the characters stop agreeing somewhere along the way."""
+        chain = np.full(group.max_chars + 1, DEAD, dtype=np.int32)
+        chain[0] = config
+        current, count = successor, 1
+        while current != DEAD and count <= group.max_chars:
+            chain[count] = current
+            # The character read from here is the (count + 1)-th of the token.
+            following = self._uniform_successor(group, current, count < group.wide_chars)
+            if following is None:
+                return None
+            if following == current:
+                chain[count:] = current
+                break
+            current, count = following, count + 1
+        return chain
+
+    def _uniform_successor(self, group, config: int, wide: bool) -> int | None:
+        key = (config, group.spec.name, wide)
+        successors = self._tables.successors
+        if key in successors:
+            return successors[key]
+        found = uniform_successor(self.automaton, config, group.spec, self._row(config), wide=wide)
+        successors[key] = found
+        return found
+
+    def _row(self, config: int) -> np.ndarray:
+        row = getattr(self.automaton, "row", None)
+        if row is not None:
+            return row(config)
+        return np.asarray(self.automaton.step_many(np.full(256, config, dtype=np.int32), _ALL_BYTES))
 
     def _apply_token_hooks(self, config: int, ids: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         automaton = self.automaton
         if len(ids):
-            unique, inverse = np.unique(ends, return_inverse=True)
+            unique, inverse = distinct(ends, return_inverse=True)
             # Token-counting regions can leave a configuration that only a byte string
             # no token sequence spells could finish (half a character at the token
             # limit); such ends are dropped by asking for a token path to acceptance.
@@ -611,7 +729,9 @@ class Matcher(MatcherBase):
         if any_end != DEAD:
             any_end = self._token_live(self._boundary(any_end))
         if any_end != DEAD:
-            others = np.setdiff1d(self.vocab.normal_ids, ids, assume_unique=True)
+            taken = np.zeros(self.vocab.size, dtype=bool)
+            taken[ids] = True
+            others = self.vocab.normal_ids[~taken[self.vocab.normal_ids]]
             ids = np.concatenate([ids, others])
             ends = np.concatenate([ends, np.full(len(others), any_end, dtype=np.int32)])
         return ids, ends
@@ -688,6 +808,6 @@ class Matcher(MatcherBase):
         ends = entry.ends
         if not len(ends):
             return np.zeros(0, dtype=np.int64)
-        unique, inverse = np.unique(ends, return_inverse=True)
+        unique, inverse = distinct(ends, return_inverse=True)
         costs = np.array([self._cost(int(c)) for c in unique], dtype=np.int64)
         return costs[inverse.reshape(-1)]

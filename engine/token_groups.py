@@ -8,6 +8,13 @@ and ends in the same configuration, so the mask walk allows the group at once an
 only visits the *exit* nodes of the trie: the first node of each path where a token
 leaves the group (a quote, a backslash, a control byte ...).
 
+The same holds when every character of the group leads a configuration to one common
+successor, and that one to a common successor again, and so on: a *chain* such as
+the counter of a string with ``maxLength``. A member of ``k`` characters then ends at
+the ``k``-th configuration of the chain, so members are decided by their character
+count alone (``member_chars``) and exits start from the chain configuration reached
+by the characters before them.
+
 The groups are properties of the vocabulary alone, the same for every grammar, so
 they are computed once per vocabulary (lazily, per group) and shared.
 """
@@ -21,7 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .trie import TokenTrie, pack_ids
+from .trie import TokenTrie, distinct, pack_ids
 from .vocab import TokenVocabulary, store_arrays
 
 DEAD = -1
@@ -60,6 +67,10 @@ GROUP_SPECS = (
 
 _GROUP_FIELDS = (
     "member_ids",
+    "member_chars",
+    "exit_chars",
+    "partial_chars",
+    "utf8_reach",
     "exit_nodes",
     "exit_tails",
     "exit_lengths",
@@ -69,7 +80,7 @@ _GROUP_FIELDS = (
     "partial_ids",
     "partial_owner",
 )
-GROUP_FORMAT = 1
+GROUP_FORMAT = 3
 
 
 class TokenGroup:
@@ -79,9 +90,19 @@ class TokenGroup:
         self.spec = spec
         for name in _GROUP_FIELDS:
             setattr(self, name, np.asarray(arrays[name]))
+        self.wide_chars = int(self.utf8_reach.reshape(-1)[0])
         self.member_count = len(self.member_ids)
         top = int(self.member_ids[-1]) + 1 if self.member_count else 0
         self.member_words = pack_ids(self.member_ids, top)
+        # Longest character count that matters for a chain: a member's, or the
+        # characters before an exit or a partial character.
+        self.max_chars = int(
+            max(
+                self.member_chars.max(initial=0),
+                self.exit_chars.max(initial=0),
+                self.partial_chars.max(initial=0),
+            )
+        )
 
     def to_arrays(self) -> dict:
         return {name: getattr(self, name) for name in _GROUP_FIELDS}
@@ -92,17 +113,28 @@ class TokenGroup:
         status = np.full(trie.num_nodes, _FAIL, dtype=np.int8)
         status[0] = _CLOSED
         closed_depth = np.zeros(trie.num_nodes, dtype=np.int32)
+        closed_chars = np.zeros(trie.num_nodes, dtype=np.int32)  # whole characters up to closed_depth
+        last_wide = np.zeros(trie.num_nodes, dtype=np.int32)  # position (1-based) of the last multi-byte one
         for depth in range(1, trie.max_depth + 1):
             lo, hi = int(trie.level_start[depth]), int(trie.level_start[depth + 1])
             parents = trie.parent[lo:hi]
             status[lo:hi] = table[status[parents], trie.byte[lo:hi]]
-            closed_depth[lo:hi] = np.where(status[lo:hi] == _CLOSED, depth, closed_depth[parents])
+            now_closed = status[lo:hi] == _CLOSED
+            closed_depth[lo:hi] = np.where(now_closed, depth, closed_depth[parents])
+            closed_chars[lo:hi] = closed_chars[parents] + now_closed
+            wide = now_closed & (closed_depth[parents] < depth - 1)
+            last_wide[lo:hi] = np.where(wide, closed_chars[lo:hi], last_wide[parents])
         parent_status = np.full(trie.num_nodes, _FAIL, dtype=np.int8)
         parent_status[1:] = status[trie.parent[1:]]
 
         closed = np.flatnonzero(status == _CLOSED)
         closed = closed[closed > 0].astype(np.int32)
-        arrays = {"member_ids": np.sort(trie.tokens_at_nodes(closed)[0]).astype(np.int32)}
+        member_ids, member_owner = trie.tokens_at_nodes(closed)
+        order = np.argsort(member_ids, kind="stable")
+        arrays = {
+            "member_ids": member_ids[order].astype(np.int32),
+            "member_chars": closed_chars[closed[member_owner[order]]].astype(np.int32),
+        }
 
         # Exits: the first node of a path outside the group, reached from a config
         # known to be the looping one plus a short tail (an unfinished character and
@@ -116,15 +148,40 @@ class TokenGroup:
         arrays["partial_nodes"], arrays["partial_tails"], arrays["partial_lengths"] = _tails(
             trie, partial, closed_depth[partial]
         )
+        arrays["exit_chars"] = closed_chars[trie.parent[arrays["exit_nodes"]]].astype(np.int32)
+        arrays["partial_chars"] = closed_chars[arrays["partial_nodes"]].astype(np.int32)
         arrays["partial_ids"], arrays["partial_owner"] = trie.tokens_at_nodes(arrays["partial_nodes"])
+        # Beyond this many characters no member, exit or partial path holds a multi-byte
+        # character, so a chain need not check multi-byte characters further on.
+        arrays["utf8_reach"] = np.array(
+            [
+                max(
+                    int(last_wide[closed].max(initial=0)),
+                    int(last_wide[trie.parent[arrays["exit_nodes"]]].max(initial=0)),
+                    int(last_wide[arrays["partial_nodes"]].max(initial=0)),
+                )
+            ],
+            dtype=np.int32,
+        )
         return cls(spec, arrays)
 
-    def exits_from(self, automaton, config: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def exits_from(
+        self, automaton, config, chain: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For a config that loops on the group, live only: exit nodes and their configs,
-        and tokens ending inside a character and their configs."""
-        exit_configs = _run_tails(automaton, config, self.exit_tails, self.exit_lengths)
+        and tokens ending inside a character and their configs.
+
+        With ``chain`` (the configuration after 0, 1, 2, ... characters of the group,
+        DEAD-padded to ``max_chars + 1``), each tail starts from the chain
+        configuration of the characters before it instead of ``config``.
+        """
+        if chain is None:
+            exit_starts, partial_starts = config, config
+        else:
+            exit_starts, partial_starts = chain[self.exit_chars], chain[self.partial_chars]
+        exit_configs = _run_tails(automaton, exit_starts, self.exit_tails, self.exit_lengths)
         live = exit_configs != DEAD
-        partial_configs = _run_tails(automaton, config, self.partial_tails, self.partial_lengths)
+        partial_configs = _run_tails(automaton, partial_starts, self.partial_tails, self.partial_lengths)
         token_configs = partial_configs[self.partial_owner] if len(self.partial_ids) else partial_configs[:0]
         partial_live = token_configs != DEAD
         return (
@@ -173,8 +230,9 @@ def _tails(trie, nodes: np.ndarray, start_depth: np.ndarray) -> tuple[np.ndarray
     return nodes, tails, lengths
 
 
-def _run_tails(automaton, config: int, tails: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    configs = np.full(len(lengths), config, dtype=np.int32)
+def _run_tails(automaton, start, tails: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Configurations after each tail, from ``start`` (one config, or one per tail)."""
+    configs = np.array(np.broadcast_to(np.asarray(start, dtype=np.int32), lengths.shape))
     for position in range(4):
         active = np.flatnonzero((lengths > position) & (configs != DEAD))
         if not len(active):
@@ -187,7 +245,20 @@ def loops_on(automaton, config: int, spec: GroupSpec, loop_bytes: np.ndarray) ->
     """Whether every character of the group leads ``config`` back to itself."""
     if not loop_bytes[spec.ascii_array].all():
         return False
-    return not spec.non_ascii or _utf8_loops(automaton, config)
+    return not spec.non_ascii or _utf8_leads_to(automaton, config, config)
+
+
+def uniform_successor(automaton, config: int, spec: GroupSpec, row: np.ndarray, *, wide: bool = True) -> int | None:
+    """The one configuration every character of the group leads ``config`` to (DEAD if
+    all die), or None when characters of the group disagree. ``row`` is ``config``'s
+    successor for every byte; ``wide=False`` leaves multi-byte characters unchecked."""
+    successors = row[spec.ascii_array]
+    target = int(successors[0])
+    if (successors != target).any():
+        return None
+    if wide and spec.non_ascii and not _utf8_leads_to(automaton, config, target):
+        return None
+    return target
 
 
 _LEADS = np.arange(0xC2, 0xF5, dtype=np.int64)
@@ -196,13 +267,17 @@ _LEAD_HIGH = np.where(_LEADS == 0xED, 0x9F, np.where(_LEADS == 0xF4, 0x8F, 0xBF)
 _LEAD_MISSING = np.where(_LEADS < 0xE0, 1, np.where(_LEADS < 0xF0, 2, 3))
 
 
-def _utf8_loops(automaton, config: int) -> bool:
-    """Whether every well-formed multi-byte UTF-8 character leads ``config`` back to itself.
+def _utf8_leads_to(automaton, config: int, target: int) -> bool:
+    """Whether every well-formed multi-byte UTF-8 character leads ``config`` to ``target``.
 
     Byte by byte over all characters at once: distinct (configuration, next byte
     range, bytes missing) triples are expanded with one ``step_many`` per byte position.
+    A character dying on the way agrees with ``target == DEAD`` only.
     """
     reached = np.asarray(automaton.step_many(np.full(len(_LEADS), config, dtype=np.int32), _LEADS.astype(np.uint8)))
+    if target == DEAD:
+        # Every lead byte must die at once: a lead byte that lives could still finish a character.
+        return bool((reached == DEAD).all())
     if (reached == DEAD).any():
         return False
     pending = _distinct_triples(reached.astype(np.int64), _LEAD_LOW, _LEAD_HIGH, _LEAD_MISSING)
@@ -218,7 +293,7 @@ def _utf8_loops(automaton, config: int) -> bool:
         if (stepped == DEAD).any():
             return False
         done = missing == 0
-        if (stepped[done] != config).any():
+        if (stepped[done] != target).any():
             return False
         rest = ~done
         pending = _distinct_triples(stepped[rest], 0x80, 0xBF, missing[rest])
@@ -228,7 +303,7 @@ def _utf8_loops(automaton, config: int) -> bool:
 def _distinct_triples(configs, low, high, missing) -> tuple[np.ndarray, ...]:
     # One int64 key per (config, low, high, missing): configs stay below 2**40.
     low, high = np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
-    keys = np.unique((configs << 20) | (low << 12) | (high << 4) | missing)
+    keys = distinct((configs << 20) | (low << 12) | (high << 4) | missing)
     return keys >> 20, (keys >> 12) & 0xFF, (keys >> 4) & 0xFF, keys & 0xF
 
 
@@ -273,6 +348,22 @@ class GroupTables:
         for spec in GROUP_SPECS:
             if loops_on(automaton, config, spec, loop_bytes):
                 return self.group(spec)
+        return None
+
+    def best_uniform_group(self, automaton, config: int, row: np.ndarray) -> tuple[TokenGroup, int] | None:
+        """The largest group whose characters all lead ``config`` to one live configuration, and that one.
+
+        ``row`` is ``config``'s successor for every byte.
+        """
+        live = int((row >= 0).sum())
+        if live < 2:
+            return None
+        for spec in GROUP_SPECS:
+            if len(spec.ascii_bytes) > live:
+                continue  # some character of the group is not even a live byte
+            successor = uniform_successor(automaton, config, spec, row)
+            if successor is not None and successor != DEAD:
+                return self.group(spec), successor
         return None
 
 

@@ -178,6 +178,27 @@ class TokenTrie:
         return children.astype(np.int32), owner
 
 
+# ------------------------------------------------------------------- helpers
+def distinct(values: np.ndarray, *, return_inverse: bool = False):
+    """Sorted distinct values (and, optionally, each value's index among them).
+
+    ``np.unique`` imports ``numpy.ma`` on its first call (tens of milliseconds, paid by
+    the first mask of a process); this sort-based equivalent does not.
+    """
+    values = np.asarray(values).reshape(-1)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts = np.ones(len(ordered), dtype=bool)
+    if len(ordered) > 1:
+        np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    found = ordered[starts]
+    if not return_inverse:
+        return found
+    inverse = np.empty(len(values), dtype=np.intp)
+    inverse[order] = np.cumsum(starts) - 1
+    return found, inverse
+
+
 # ------------------------------------------------------------------- bitsets
 def words_for(size: int) -> int:
     """Number of 32-bit words of a packed bitset over ``size`` token ids."""
@@ -186,6 +207,12 @@ def words_for(size: int) -> int:
 
 def pack_ids(ids: np.ndarray, size: int) -> np.ndarray:
     """Packed little-endian bitset (uint32 words): bit i of word i >> 5 set for each id."""
+    ids = np.asarray(ids)
+    if len(ids) <= 64:
+        # A few ids: setting their bits directly beats packing a flag per token.
+        words = np.zeros(words_for(size), dtype="<u4")
+        np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+        return words
     flags = np.zeros(words_for(size) * 32, dtype=bool)
     flags[ids] = True
     return np.packbits(flags, bitorder="little").view("<u4")

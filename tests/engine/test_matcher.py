@@ -384,3 +384,63 @@ def test_group_tables_do_not_keep_their_vocabulary_alive():
     del vocab
     gc.collect()
     assert trie() is None
+
+
+def _brute_force_ends(automaton, vocab, config) -> dict[int, int]:
+    ends = {}
+    for token_id in vocab.normal_ids.tolist():
+        end = automaton.step_bytes(config, vocab.token_bytes(token_id))
+        if end != -1:
+            ends[token_id] = end
+    return ends
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "groups"),
+    [
+        (r'"[^"\\]{0,6}"', b'"ab\xc3\xa9 "', {"json_string"}),  # a counter: members decided by their length
+        (r'"[^"\\]{2,9}"', b'"\xe6\x97\xa5 ok"', {"json_string"}),
+        (r"[a-z]{1,4}[0-9]{0,3}!", b"ab12!", {"digits"}),  # lowercase alone fits no group; digits count
+        (r"[a-z]{1,4}!", b"ab!", set()),
+        (r"[A-Za-z]{0,5}-[0-9]{1,3}", b"Ab-12", {"letters", "digits"}),
+        (r'"[^"é]{0,7}"', b'"x y"', {"json_string_ascii"}),
+    ],
+)
+def test_chain_groups_agree_with_brute_force(vocab, pattern, text, groups):
+    # Bounded repetitions give every count its own configuration: the group shortcut
+    # follows the chain of counts, and must find the same tokens and end configurations
+    # as stepping every token.
+    from surecall.engine import Grammar
+
+    grammar = Grammar.from_regex(pattern)
+    automaton = grammar.automaton
+    matcher = Matcher(grammar, vocab)
+    chains_seen = set()
+    for value in text:
+        found = matcher._chain_group(matcher.config)
+        if found is not None and found[1] is not None:
+            chains_seen.add(found[0].spec.name)
+        entry = matcher._entry(matcher.config)
+        expected = _brute_force_ends(automaton, vocab, matcher.config)
+        assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == expected
+        assert matcher.advance(vocab.tokenize_bytes(bytes([value]))[0]) is not Status.REJECTED
+    assert chains_seen == groups
+    assert matcher.is_accepting()
+
+
+@pytest.mark.parametrize("budget", [0, 1, 3, 256])
+def test_sparse_walk_hands_over_to_the_level_walk_without_losing_tokens(vocab, monkeypatch, budget):
+    # The depth-first walk stops after ``budget`` node visits and passes what is still
+    # pending to the level walk; wherever it stops, the masks stay exact.
+    from surecall.engine import matcher as matcher_module
+
+    monkeypatch.setattr(matcher_module, "_SPARSE_BUDGET", budget)
+    automaton = doubles.json_like_record()
+    matcher = Matcher(doubles.FakeGrammar(automaton), vocab)
+    matcher._tables = matcher_module._AutomatonTables(vocab)  # masks of this budget only
+    text = '{"name": "héllo 日本", "note": "x\\"y"}'.encode()
+    for token_id in vocab.tokenize_bytes(text):
+        expected = doubles.brute_force_allowed(automaton, vocab, matcher.config)
+        assert set(matcher.allowed_token_ids().tolist()) == expected
+        matcher.advance(token_id)
+    assert matcher.text_bytes() == text
