@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", type=Path, nargs="+", default=None, help="merge results JSON files of disjoint subsets and exit")
     args = parser.parse_args(argv)
     if args.merge:
-        return merge(args.merge, args.output or RESULTS / f"schema_coverage_{args.property_order}")
+        return merge(args.merge, args.output)
     subsets = args.subset or SUBSETS + ["extra"]
     previous = json.loads(args.recheck.read_text()) if args.recheck else None
     recheck_ids = {(e["subset"], e["id"]) for e in previous["compile_errors"]} if previous else None
@@ -207,12 +207,13 @@ def write(result: dict, stem: Path) -> None:
     print(markdown_table(result))
 
 
-def merge(paths: list[Path], stem: Path) -> int:
+def merge(paths: list[Path], stem: Path | None) -> int:
     """Combine runs over disjoint subsets (e.g. run in parallel) into one result."""
     parts = [json.loads(path.read_text()) for path in paths]
     orders = {part["property_order"] for part in parts}
     if len(orders) != 1:
         raise SystemExit(f"cannot merge runs with different property orders: {sorted(orders)}")
+    stem = stem or RESULTS / f"schema_coverage_{orders.pop()}"
     result = dict(parts[0])
     result["per_subset"] = {}
     result["totals"] = collections.Counter()

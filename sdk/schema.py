@@ -1,0 +1,1079 @@
+"""JSON Schema (and everything that has one) to grammar.
+
+``grammar_from_schema`` accepts Pydantic models, TypedDicts, dataclasses, functions, tool
+dicts, LangChain tools and JSON Schema dicts (draft 2020-12 and draft-07): all of them go
+through :func:`to_json_schema`, then one translation to grammar IR.
+
+Every keyword is either enforced by the grammar or reported: an
+:class:`UnsupportedSchemaError` names the keyword and its JSON pointer. With
+``lenient=True`` the constraint is relaxed instead and listed in the returned grammar's
+``relaxations`` (each also logged as a warning); values generated under a relaxed grammar
+are still checked by :func:`surecall.validation.validate_json`.
+
+Property order: ``property_order="schema"`` (the default, used for generation) writes the
+listed properties in the order the schema gives them, followed by any additional ones;
+``property_order="any"`` accepts them in any order, which is what checking arbitrary
+documents against the grammar needs (see ``_Translator._any_order_members``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, NoReturn
+from urllib.parse import unquote, urldefrag, urljoin
+
+from surecall.engine.errors import GrammarError
+from surecall.engine.grammar import Grammar
+from surecall.engine.ir import (
+    EMPTY,
+    NOTHING,
+    Alt,
+    Bytes,
+    ByteSet,
+    Intersect,
+    Node,
+    Ref,
+    Repeat,
+    Seq,
+    alt,
+    chars,
+    literal,
+    optional,
+    repeat,
+    seq,
+    star,
+)
+
+from .formats import FORMAT_MAX_LENGTH, FORMAT_PATTERNS
+from .schema_flatten import (
+    TYPE_ATOMS,
+    Flat,
+    Normalizer,
+    Part,
+    Sub,
+    and_subs,
+    member_of as _member,
+    pattern_matches,
+)
+from .schema_inputs import SchemaInputError, parse_docstring, to_json_schema
+from .schema_numbers import CANONICAL_INT, NumberConstraintError, number_language, to_decimal, value_compare
+from .schema_strings import (
+    ANY_DECODED_CHAR,
+    ANY_STRING_BODY,
+    ANY_STRING_CHAR,
+    COUNTED_STRING_CHAR,
+    EncodingError,
+    encode_regular,
+    encode_text,
+    strings_other_than,
+)
+
+__all__ = [
+    "grammar_from_schema",
+    "translate_schema",
+    "to_json_schema",
+    "UnsupportedSchemaError",
+    "UnsatisfiableSchemaError",
+    "SchemaInputError",
+    "Relaxation",
+    "SchemaGrammar",
+    "parse_docstring",
+    "MAX_WHITESPACE",
+    "ANY_ORDER_MAX_PROPERTIES",
+]
+
+logger = logging.getLogger("surecall.schema")
+
+COMPLEMENT_MAX_STATES = 4000
+"""Most automaton states when grouping keys by the patternProperties they match."""
+
+PATTERN_CLASSES_MAX_PATTERNS = 6
+"""Most patternProperties next to keys of other kinds."""
+
+UNIQUE_MAX_VALUES = 8
+"""``uniqueItems`` is enforced when the items are one of at most this many known values."""
+
+COUNT_SPLIT = 48
+"""Length limits above this are built from halves (see ``_Translator._counted``)."""
+
+MAX_WHITESPACE = 16
+"""Most whitespace characters at one place in ``whitespace="flexible"`` mode."""
+
+ANY_ORDER_MAX_PROPERTIES = 8
+"""Most listed properties per object for ``property_order="any"`` (the grammar tracks which were seen)."""
+
+ANY_ORDER_MAX_LITERAL_MEMBERS = 5
+"""Objects in ``enum``/``const`` with at most this many members are accepted in any order (``property_order="any"``)."""
+
+
+class UnsupportedSchemaError(ValueError):
+    """A schema keyword surecall cannot enforce (``keyword`` at JSON pointer ``pointer``)."""
+
+    def __init__(self, keyword: str, pointer: str, message: str) -> None:
+        self.keyword = keyword
+        self.pointer = pointer or "#"
+        self.message = message
+        super().__init__(f"{message} (keyword {keyword!r} at {self.pointer})")
+
+    def __reduce__(self):
+        return (type(self), (self.keyword, self.pointer, self.message))
+
+
+class UnsatisfiableSchemaError(UnsupportedSchemaError):
+    """The schema admits no value at all (e.g. ``false``, or contradictory constraints)."""
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """A constraint ``lenient=True`` dropped or weakened."""
+
+    keyword: str
+    pointer: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.pointer}: {self.keyword}: {self.message}"
+
+
+class SchemaGrammar(Grammar):
+    """A :class:`Grammar` built from a schema; ``relaxations`` lists what ``lenient`` relaxed."""
+
+    __slots__ = ("relaxations", "json_schema")
+
+
+def grammar_from_schema(
+    schema: Any,
+    *,
+    whitespace: str = "compact",
+    lenient: bool = False,
+    property_order: str = "schema",
+) -> SchemaGrammar:
+    """The grammar of the JSON texts of the values valid under ``schema``.
+
+    ``whitespace``: ``"compact"`` (no whitespace, like ``json.dumps(separators=(",", ":"))``)
+    or ``"flexible"`` (up to :data:`MAX_WHITESPACE` whitespace characters around
+    punctuation). ``property_order``: ``"schema"`` or ``"any"`` (see the module docstring).
+    """
+    return translate_schema(schema, whitespace=whitespace, lenient=lenient, property_order=property_order)
+
+
+def translate_schema(schema: Any, *, whitespace: str = "compact", lenient: bool = False, property_order: str = "schema") -> SchemaGrammar:
+    if whitespace not in ("compact", "flexible"):
+        raise ValueError(f"whitespace must be 'compact' or 'flexible', got {whitespace!r}")
+    if property_order not in ("schema", "any"):
+        raise ValueError(f"property_order must be 'schema' or 'any', got {property_order!r}")
+    json_schema = to_json_schema(schema)
+    translator = _Translator(json_schema, whitespace=whitespace, lenient=lenient, property_order=property_order)
+    start = translator.translate_root()
+    rules = _prune_unproductive({"start": start, **translator.rules})
+    if "start" not in rules:
+        raise UnsatisfiableSchemaError("schema", "#", "the schema admits no value")
+    try:
+        grammar = SchemaGrammar(rules, "start")
+        grammar.automaton  # compile now, so a grammar too large to build fails here and not mid-generation
+    except GrammarError as error:
+        if "matches nothing" in str(error):
+            raise UnsatisfiableSchemaError("schema", "#", "the schema admits no value") from error
+        raise UnsupportedSchemaError("schema", "#", f"the schema's grammar cannot be built: {error}") from error
+    object.__setattr__(grammar, "relaxations", tuple(translator.relaxations))
+    object.__setattr__(grammar, "json_schema", json_schema)
+    return grammar
+
+
+# --------------------------------------------------------------------------------------------
+# $ref resolution
+
+
+class _Resolver:
+    """Finds ``$ref`` targets: JSON pointers, ``$id`` documents and ``$anchor`` names."""
+
+    def __init__(self, root: Any, fatal, *, legacy_ref_siblings: bool) -> None:
+        self.root = root
+        self.fatal = fatal
+        self.legacy_ref_siblings = legacy_ref_siblings
+        self.documents: dict[str, tuple[Any, str]] = {"": (root, "#")}
+        self.anchors: dict[tuple[str, str], tuple[Any, str]] = {}
+        self.bases: dict[int, str] = {}
+        self._index(root, "", "#")
+
+    def _index(self, schema: Any, base: str, pointer: str) -> None:
+        if isinstance(schema, list):
+            for i, item in enumerate(schema):
+                self._index(item, base, f"{pointer}/{i}")
+            return
+        if not isinstance(schema, dict):
+            return
+        own_id = schema.get("$id")
+        if self.legacy_ref_siblings and "$ref" in schema:
+            own_id = None  # up to draft 7, everything next to $ref is ignored, $id included
+        if isinstance(own_id, str):
+            if own_id.startswith("#"):
+                self.anchors[(base, own_id[1:])] = (schema, pointer)
+            else:
+                base = urljoin(base, own_id) if base else own_id
+                base, _ = urldefrag(base)
+                self.documents[base] = (schema, pointer)
+        self.bases[id(schema)] = base
+        anchor = schema.get("$anchor")
+        if isinstance(anchor, str):
+            self.anchors[(base, anchor)] = (schema, pointer)
+        for key, value in schema.items():
+            if key in _SCHEMA_MAPS and isinstance(value, dict):
+                for name, subschema in value.items():
+                    self._index(subschema, base, f"{pointer}/{_escape(key)}/{_escape(name)}")
+            elif key in _SCHEMA_VALUES and isinstance(value, (dict, list)):
+                self._index(value, base, f"{pointer}/{_escape(key)}")
+
+    def base_of(self, schema: Any, inherited: str) -> str:
+        return self.bases.get(id(schema), inherited)
+
+    def resolve(self, ref: Any, base: str, pointer: str) -> tuple[Any, str, str]:
+        if not isinstance(ref, str):
+            self.fatal("$ref", pointer, "$ref must be a string")
+        target = urljoin(base, ref) if base else ref
+        document_uri, fragment = urldefrag(target)
+        if document_uri not in self.documents:
+            self.fatal("$ref", pointer, f"cannot resolve {ref!r}: only references inside the schema are supported")
+        document, document_pointer = self.documents[document_uri]
+        fragment = unquote(fragment)
+        if fragment == "":
+            return document, document_uri, document_pointer
+        if fragment.startswith("/"):
+            node = document
+            node_pointer = document_pointer
+            node_base = document_uri
+            for token in fragment[1:].split("/"):
+                token = token.replace("~1", "/").replace("~0", "~")
+                if isinstance(node, dict) and token in node:
+                    node = node[token]
+                elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                    node = node[int(token)]
+                else:
+                    self.fatal("$ref", pointer, f"cannot resolve {ref!r}: no {token!r} at that point")
+                node_pointer = f"{node_pointer}/{_escape(token)}"
+                node_base = self.bases.get(id(node), node_base)
+            return node, node_base, node_pointer
+        found = self.anchors.get((document_uri, fragment))
+        if found is None:
+            self.fatal("$ref", pointer, f"cannot resolve {ref!r}: unknown anchor")
+        return found[0], document_uri, found[1]
+
+
+# Where subschemas live (anything else, unknown keywords included, is plain data).
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"})
+_SCHEMA_VALUES = frozenset(
+    {
+        "items", "prefixItems", "additionalItems", "additionalProperties", "allOf", "anyOf", "oneOf", "not",
+        "if", "then", "else", "contains", "propertyNames", "unevaluatedItems", "unevaluatedProperties",
+        "contentSchema",
+    }
+)
+
+
+def _escape(key: Any) -> str:
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+# --------------------------------------------------------------------------------------------
+# translation
+
+
+_WHITESPACE_CHARS = chars([(0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)])
+
+
+class _Translator:
+    def __init__(self, root: Any, *, whitespace: str, lenient: bool, property_order: str) -> None:
+        self.root = root
+        self.lenient = lenient
+        self.property_order = property_order
+        self.ws = repeat(_WHITESPACE_CHARS, 0, MAX_WHITESPACE) if whitespace == "flexible" else EMPTY
+        self.relaxations: list[Relaxation] = []
+        self.rules: dict[str, Node] = {}
+        self._ref_rules: dict[int, str] = {}
+        self._sub_rules: dict[tuple, tuple[str, Sub]] = {}
+        self._counter = 0
+        self._count_rules: dict[tuple, str] = {}
+        legacy = isinstance(root, dict) and isinstance(root.get("$schema"), str) and any(
+            draft in root["$schema"] for draft in ("draft-07", "draft-06", "draft-04", "draft-03")
+        )
+        # Up to draft 4, "integer" excludes 1.0
+        self.plain_integers = isinstance(root, dict) and isinstance(root.get("$schema"), str) and any(
+            draft in root["$schema"] for draft in ("draft-04", "draft-03")
+        )
+        self.resolver = _Resolver(root, self.fatal, legacy_ref_siblings=legacy)
+        self.normalizer = Normalizer(self.resolver, self, legacy_ref_siblings=legacy)
+        self._validator = None
+        self._json_value: Node | None = None
+
+    # -- reporting ---------------------------------------------------------------------------
+    def unsupported(self, keyword: str, pointer: str, message: str) -> None:
+        if not self.lenient:
+            raise UnsupportedSchemaError(keyword, pointer, message)
+        relaxation = Relaxation(keyword, pointer or "#", message)
+        if relaxation not in self.relaxations:
+            self.relaxations.append(relaxation)
+            logger.warning("relaxed schema constraint: %s", relaxation)
+
+    def fatal(self, keyword: str, pointer: str, message: str) -> NoReturn:
+        raise UnsupportedSchemaError(keyword, pointer, message)
+
+    def _name(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}_{self._counter}"
+
+    # -- entry points ---------------------------------------------------------------------
+    def translate_root(self) -> Node:
+        return self.translate_sub(Sub((Part.of(self.root, "", "#"),)), as_rule=False)
+
+    def translate_sub(self, sub: Sub, *, as_rule: bool = True) -> Node:
+        """The grammar of a subschema position; objects and arrays get their own rule."""
+        if len(sub.parts) == 1 and sub.parts[0].schema is True:
+            return self.json_value()
+        key = tuple(sub.parts)
+        known = self._sub_rules.get(key)
+        if known is not None:
+            return Ref(known[0])
+        alternatives = self.normalizer.flatten_sub(sub)
+        if len(alternatives) == 1 and alternatives[0].ref is not None:
+            return self._ref(alternatives[0].ref)
+        if not as_rule or not any(_structured(flat) for flat in alternatives):
+            return alt(*(self.translate_flat(flat) for flat in alternatives)) if alternatives else NOTHING
+        name = self._name("value")
+        self._sub_rules[key] = (name, sub)
+        self.rules[name] = alt(*(self.translate_flat(flat) for flat in alternatives)) if alternatives else NOTHING
+        return Ref(name)
+
+    def _ref(self, part: Part) -> Node:
+        name = self._ref_rules.get(part.ident)
+        if name is None:
+            name = self._name("ref")
+            self._ref_rules[part.ident] = name
+            self.rules[name] = NOTHING
+            alternatives = self.normalizer.flatten(part.schema, part.base, part.pointer)
+            self.rules[name] = alt(*(self.translate_flat(flat) for flat in alternatives)) if alternatives else NOTHING
+        return Ref(name)
+
+    def json_value(self) -> Node:
+        """Any JSON value (a recursive rule)."""
+        if self._json_value is None:
+            self._json_value = Ref("json_value")
+            value = Ref("json_value")
+            string = seq('"', ANY_STRING_BODY, '"')
+            member = seq(string, self.ws, ":", self.ws, value)
+            self.rules["json_value"] = alt(
+                "null",
+                "true",
+                "false",
+                number_language(integer=False),
+                string,
+                seq("[", self.ws, optional(seq(value, star(seq(self._sep(), value)))), self.ws, "]"),
+                seq("{", self.ws, optional(seq(member, star(seq(self._sep(), member)))), self.ws, "}"),
+            )
+        return self._json_value
+
+    def _shared(self, node: Node, prefix: str) -> Node:
+        """``node`` as a rule of its own, so that the states referring to it share one copy."""
+        if isinstance(node, (Ref, Bytes)) or node in (NOTHING, EMPTY):
+            return node
+        name = self._name(prefix)
+        self.rules[name] = node
+        return Ref(name)
+
+    def _sep(self) -> Node:
+        return seq(self.ws, ",", self.ws)
+
+    # -- one flat alternative ---------------------------------------------------------------------
+    def translate_flat(self, flat: Flat) -> Node:
+        if flat.ref is not None:
+            return self._ref(flat.ref)
+        types = flat.types if flat.types is not None else TYPE_ATOMS
+        if flat.enum is not None:
+            values = [v for v in flat.enum if not _member(v, flat.exclude) and self._valid(v, flat.sources)]
+            return alt(*(self.value_literal(v) for v in values)) if values else NOTHING
+        excluded = flat.exclude
+        options: list[Node] = []
+        if "null" in types and not any(v is None for v in excluded):
+            options.append(literal("null"))
+        if "boolean" in types:
+            for value, text in ((True, "true"), (False, "false")):
+                if not any(v is value for v in excluded):
+                    options.append(literal(text))
+        if "integer" in types or "nonint" in types:
+            options.append(self._number(flat, integer="nonint" not in types, non_integer="integer" not in types))
+        if "string" in types:
+            options.append(seq('"', self.string_body(flat), '"'))
+        if ("array" in types or "object" in types) and any(isinstance(v, (list, dict)) for v in excluded):
+            self.unsupported("not", flat.pointer, "excluding array or object values")
+        if "array" in types:
+            options.append(self._array(flat))
+        if "object" in types:
+            options.append(self._object(flat))
+        return alt(*options) if options else NOTHING
+
+    def _valid(self, value: Any, sources: list) -> bool:
+        if self._validator is None:
+            from .validation import validator_for_schema
+
+            self._validator = validator_for_schema(self.root)
+        for schema, _base in sources:
+            try:
+                if not self._validator.evolve(schema=schema).is_valid(value):
+                    return False
+            except Exception:  # a schema jsonschema itself cannot evaluate: keep the value, validation decides
+                continue
+        return True
+
+    def value_literal(self, value: Any) -> Node:
+        """Every spelling of exactly ``value`` (numbers by value: 1, 1.0 and 1.00 are equal)."""
+        if value is None or isinstance(value, bool):
+            return literal(json.dumps(value))
+        if isinstance(value, (int, float)):
+            return _equal_number(to_decimal(value))
+        if isinstance(value, str):
+            return seq('"', encode_text(value), '"')
+        if isinstance(value, list):
+            items = [self.value_literal(v) for v in value]
+            body = seq(items[0], *(seq(self._sep(), item) for item in items[1:])) if items else EMPTY
+            return seq("[", self.ws, body, self.ws, "]")
+        if isinstance(value, dict):
+            members = [seq('"', encode_text(k), '"', self.ws, ":", self.ws, self.value_literal(v)) for k, v in value.items()]
+            orders = [members]
+            if self.property_order == "any" and len(members) <= ANY_ORDER_MAX_LITERAL_MEMBERS:
+                orders = list(itertools.permutations(members))
+            bodies = [seq(order[0], *(seq(self._sep(), m) for m in order[1:])) if order else EMPTY for order in orders]
+            return seq("{", self.ws, alt(*bodies), self.ws, "}")
+        self.fatal("enum", "#", f"{value!r} is not a JSON value")
+
+    # -- numbers -----------------------------------------------------------------------------
+    def _number(self, flat: Flat, *, integer: bool, non_integer: bool) -> Node:
+        multiple = None
+        if len(flat.multiples) > 1:
+            self.unsupported("multipleOf", flat.pointer, "several different multipleOf values on one number")
+        elif flat.multiples:
+            multiple = flat.multiples[0]
+        excluded = [to_decimal(v) for v in flat.exclude if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        node = self._number_language(flat, integer, non_integer, multiple, excluded)
+        if integer and self.plain_integers:
+            node = Intersect((node, seq(optional("-"), CANONICAL_INT)))
+        return node
+
+    def _number_language(self, flat: Flat, integer: bool, non_integer: bool, multiple, excluded: list) -> Node:
+        try:
+            return number_language(
+                integer=integer,
+                lower=flat.lower,
+                upper=flat.upper,
+                multiple=multiple,
+                non_integer=non_integer,
+                excluded=tuple(excluded),
+            )
+        except NumberConstraintError as error:
+            self.unsupported("multipleOf", flat.pointer, str(error))
+            return number_language(integer=integer, lower=flat.lower, upper=flat.upper, non_integer=non_integer, excluded=tuple(excluded))
+
+    # -- strings -----------------------------------------------------------------------------
+    def string_body(self, flat: Flat) -> Node:
+        """The JSON string bodies (without quotes) of the strings ``flat`` accepts."""
+        parts: list[Node] = []
+        if flat.min_length or flat.max_length is not None:
+            if flat.max_length is not None and flat.max_length < flat.min_length:
+                return NOTHING
+            constrained = flat.string_patterns or flat.formats or any(isinstance(v, str) for v in flat.exclude)
+            if constrained:
+                parts.append(repeat(COUNTED_STRING_CHAR, flat.min_length, flat.max_length))
+            else:
+                parts.append(self._counted(COUNTED_STRING_CHAR, flat.min_length, flat.max_length))
+        for pattern in flat.string_patterns:
+            node = self._pattern(pattern, f"{flat.pointer}/pattern")
+            if node is not None:
+                parts.append(node)
+        for name in flat.formats:
+            node = self._format(name, flat.pointer)
+            if node is not None:
+                parts.append(node)
+        excluded = [v for v in flat.exclude if isinstance(v, str)]
+        if excluded:
+            parts.append(strings_other_than(excluded))
+        if not parts:
+            return ANY_STRING_BODY
+        return parts[0] if len(parts) == 1 else Intersect(tuple(parts))
+
+    def _counted(self, unit: Node, low: int, high: int | None) -> Node:
+        """``unit`` repeated low..high times.
+
+        Long counts are split into halves held by shared rules, so the automaton grows with
+        log(count) instead of count. The split is unambiguous (every length has one parse),
+        which keeps the matcher's state small.
+        """
+        def exactly(n: int) -> Node:
+            if n <= COUNT_SPLIT:
+                return repeat(unit, n, n)
+            return self._count_rule(("exactly", unit, n), lambda: seq(exactly(n // 2), exactly(n - n // 2)))
+
+        def up_to(n: int) -> Node:
+            if n <= COUNT_SPLIT:
+                return repeat(unit, 0, n)
+            half = (n + 1) // 2
+            # at least `half` units, or fewer: the two branches never match the same text
+            return self._count_rule(("up_to", unit, n), lambda: alt(seq(exactly(half), up_to(n - half)), up_to(half - 1)))
+
+        return seq(exactly(low), star(unit) if high is None else up_to(high - low))
+
+    def _count_rule(self, key: tuple, build) -> Node:
+        name = self._count_rules.get(key)
+        if name is None:
+            name = self._name("count")
+            self._count_rules[key] = name
+            self.rules[name] = build()
+        return Ref(name)
+
+    def _pattern(self, pattern: Any, pointer: str) -> Node | None:
+        from surecall.engine.regex import regex_to_ir
+
+        if not isinstance(pattern, str):
+            self.fatal("pattern", pointer, "pattern must be a string")
+        try:
+            branches = []
+            for branch in _top_level_alternatives(pattern):
+                body, anchored_start, anchored_end = _strip_anchors(branch)
+                node = regex_to_ir(body) if body else EMPTY
+                branches.append(seq(
+                    EMPTY if anchored_start else star(ANY_DECODED_CHAR),
+                    node,
+                    EMPTY if anchored_end else star(ANY_DECODED_CHAR),
+                ))
+            return encode_regular(alt(*branches))
+        except (GrammarError, EncodingError, RecursionError) as error:
+            self.unsupported("pattern", pointer, f"pattern {pattern!r}: {error}")
+            return None
+
+    def _format(self, name: str, pointer: str) -> Node | None:
+        from surecall.engine.regex import regex_to_ir
+
+        expression = FORMAT_PATTERNS.get(name)
+        if expression is None:
+            from .validation import checked_formats
+
+            if name in checked_formats():
+                self.unsupported("format", f"{pointer}/format", f"format {name!r} is not supported")
+            return None
+        node = encode_regular(regex_to_ir(expression))
+        if name in FORMAT_MAX_LENGTH:
+            node = Intersect((node, repeat(ANY_STRING_CHAR, 0, FORMAT_MAX_LENGTH[name])))
+        return node
+
+    # -- arrays -------------------------------------------------------------------------------
+    def _array(self, flat: Flat) -> Node:
+        lo, hi = flat.min_items, flat.max_items
+        if hi is not None and hi < lo:
+            return NOTHING
+        if flat.unique and (hi is None or hi > 1):
+            values = self._finite_values(flat.items) if flat.items is not None and not flat.prefix and flat.contains is None else None
+            if values is not None and len(values) <= UNIQUE_MAX_VALUES:
+                return self._unique_array(values, lo, hi)
+            self.unsupported("uniqueItems", flat.pointer, "uniqueItems cannot be enforced by a grammar (items are not a small finite set)")
+        rest = self.translate_sub(flat.items) if flat.items is not None else self.json_value()
+        if flat.items is not None and flat.items.is_false():
+            rest = NOTHING
+        if flat.contains is not None and not (flat.min_contains == 0 and flat.max_contains is None):
+            return self._array_with_contains(flat, rest)
+        prefix = [self.translate_sub(sub) for sub in flat.prefix]
+        # tail(i): the rest of the array after i elements.
+        tail = self._rest_elements(rest, len(prefix), lo, hi)
+        for i in range(len(prefix) - 1, -1, -1):
+            options = []
+            if i >= lo:
+                options.append(EMPTY)
+            if hi is None or i < hi:
+                options.append(seq(self._sep() if i else EMPTY, prefix[i], tail))
+            tail = alt(*options) if options else NOTHING
+        return seq("[", self.ws, tail, self.ws, "]")
+
+    def _finite_values(self, sub: Sub) -> list | None:
+        """The values ``sub`` accepts if they are few and known (enum/const, booleans, null)."""
+        values: list = []
+        for flat in self.normalizer.flatten_sub(sub):
+            if flat.ref is not None:
+                return None
+            if flat.enum is not None:
+                candidates = flat.enum
+            else:
+                types = flat.types if flat.types is not None else TYPE_ATOMS
+                if types - {"null", "boolean"}:
+                    return None
+                candidates = ([None] if "null" in types else []) + ([True, False] if "boolean" in types else [])
+            for value in candidates:
+                if not _member(value, flat.exclude) and self._valid(value, flat.sources) and not _member(value, values):
+                    values.append(value)
+        return values
+
+    def _unique_array(self, values: list, lo: int, hi: int | None) -> Node:
+        """Arrays of distinct members of ``values``: the grammar tracks which were used."""
+        literals = [self._shared(self.value_literal(v), "item") for v in values]
+        rule_names: dict[int, str] = {}
+
+        def state(used: int) -> Node:
+            if used in rule_names:
+                return Ref(rule_names[used])
+            rule = self._name("unique")
+            rule_names[used] = rule
+            count = bin(used).count("1")
+            options: list[Node] = [EMPTY] if count >= lo else []
+            if hi is None or count < hi:
+                for i, item in enumerate(literals):
+                    if not used & (1 << i):
+                        options.append(seq(self._sep() if used else EMPTY, item, state(used | (1 << i))))
+            self.rules[rule] = alt(*options) if options else NOTHING
+            return Ref(rule)
+
+        return seq("[", self.ws, state(0), self.ws, "]")
+
+    def _rest_elements(self, element: Node, emitted: int, lo: int, hi: int | None) -> Node:
+        low = max(0, lo - emitted)
+        high = None if hi is None else hi - emitted
+        if high is not None and high < low:
+            return NOTHING
+        if element == NOTHING or high == 0:
+            return EMPTY if low == 0 else NOTHING
+        if emitted:
+            return repeat(seq(self._sep(), element), low, high)
+        first = seq(element, repeat(seq(self._sep(), element), max(low - 1, 0), None if high is None else high - 1))
+        return alt(EMPTY, first) if low == 0 else first
+
+    def _array_with_contains(self, flat: Flat, element: Node) -> Node:
+        if flat.prefix or flat.max_contains is not None or flat.max_items is not None or flat.min_items > flat.min_contains:
+            self.unsupported("contains", flat.pointer, "contains together with prefixItems, maxContains, maxItems or a larger minItems")
+            return self._array(_without_contains(flat))
+        matching = self.translate_sub(and_subs(flat.items, flat.contains))
+        some_then_match = seq(star(seq(element, self._sep())), matching)
+        body = seq(
+            some_then_match,
+            repeat(seq(self._sep(), some_then_match), flat.min_contains - 1, flat.min_contains - 1),
+            star(seq(self._sep(), element)),
+        )
+        return seq("[", self.ws, body, self.ws, "]")
+
+    # -- objects --------------------------------------------------------------------------------
+    def _object(self, flat: Flat) -> Node:
+        listed = list(flat.props) + [name for name in flat.required if name not in flat.props]
+        required = set(flat.required)
+        names_ok = self._property_name_check(flat)
+        members: dict[str, Node] = {}
+        for name in listed:
+            value_schema = _listed_value_schema(flat, name)
+            if not names_ok(name) or (value_schema is not None and value_schema.is_false()):
+                if name in required:
+                    return NOTHING
+                continue
+            value = self.translate_sub(value_schema) if value_schema is not None else self.json_value()
+            members[name] = self._shared(seq('"', encode_text(name), '"', self.ws, ":", self.ws, value), "member")
+        extra = self._shared(self._extra_member(flat, listed), "extra")
+        lo, hi = flat.min_props, flat.max_props
+        if hi is not None and hi < lo:
+            return NOTHING
+        inside = None
+        if flat.key_outside:
+            if len(flat.key_outside) > 1:
+                self.unsupported("not", flat.pointer, "several 'some key outside these properties' conditions on one object")
+            else:
+                inside = flat.key_outside[0]
+        if self.property_order == "any":
+            body = self._any_order_members(flat, members, required, extra, lo, hi, inside)
+        else:
+            body = self._ordered_members(members, required, extra, lo, hi, inside)
+        return seq("{", self.ws, body, self.ws, "}")
+
+    def _property_name_check(self, flat: Flat):
+        if flat.property_names is None:
+            return lambda name: True
+        sources = [(part.schema, part.base) for part in flat.property_names.parts]
+        return lambda name: self._valid(name, sources)
+
+    def _key_language(self, flat: Flat, listed: list[str], pattern: str | None) -> Node:
+        parts: list[Node] = [strings_other_than(listed)] if listed else []
+        if pattern is not None:
+            node = self._pattern(pattern, f"{flat.pointer}/patternProperties/{_escape(pattern)}")
+            if node is None:
+                return NOTHING
+            parts.append(node)
+        if flat.property_names is not None:
+            names = self.normalizer.flatten_sub(flat.property_names)
+            bodies = []
+            for names_flat in names:
+                if names_flat.ref is not None:
+                    names_flat = Flat(sources=names_flat.sources, pointer=names_flat.pointer)
+                    self.unsupported("propertyNames", flat.pointer, "a $ref in propertyNames")
+                types = names_flat.types if names_flat.types is not None else TYPE_ATOMS
+                if names_flat.enum is not None:
+                    bodies.extend(encode_text(v) for v in names_flat.enum if isinstance(v, str) and self._valid(v, names_flat.sources))
+                elif "string" in types:
+                    bodies.append(self.string_body(names_flat))
+            parts.append(alt(*bodies) if bodies else NOTHING)
+        if not parts:
+            return ANY_STRING_BODY
+        return parts[0] if len(parts) == 1 else Intersect(tuple(parts))
+
+    def _extra_member(self, flat: Flat, listed: list[str]) -> Node:
+        """One property not listed in ``properties`` (NOTHING if none may appear)."""
+        additional = flat.additional
+        if flat.patterns and not (all(sub.is_true() for sub in flat.patterns.values()) and (additional is None or additional.is_true())):
+            subs = list(flat.patterns.values())
+            if additional is not None and additional.is_false() and all(sub == subs[0] for sub in subs):
+                keys = alt(*(self._key_language(flat, listed, p) for p in flat.patterns))
+                return self._member(keys, self.translate_sub(subs[0]))
+            return self._pattern_classes(flat, listed)
+        if additional is not None and additional.is_false():
+            return NOTHING
+        value = self.translate_sub(additional) if additional is not None else self.json_value()
+        if value == NOTHING:
+            return NOTHING
+        return self._member(self._key_language(flat, listed, None), value)
+
+    def _pattern_classes(self, flat: Flat, listed: list[str]) -> Node:
+        """Unlisted keys grouped by the set of patterns they match; each group takes the
+        conjunction of those patterns' schemas, keys matching none take additionalProperties.
+
+        The groups are read off the product of the pattern automata (over json.dumps
+        spellings, so a key's spelling decides its decoded text) and written as right-linear
+        rules: a regular language has no complement node in the IR.
+        """
+        from surecall.engine.automaton import DEAD
+
+        patterns = list(flat.patterns)
+        # what lenient mode falls back to: unlisted keys with any value
+        relaxed = self._member(self._key_language(Flat(pointer=flat.pointer), listed, None), self.json_value())
+        if len(patterns) > PATTERN_CLASSES_MAX_PATTERNS:
+            self.unsupported("patternProperties", flat.pointer, f"more than {PATTERN_CLASSES_MAX_PATTERNS} patterns next to other keys")
+            return relaxed
+        languages = []
+        for pattern in patterns:
+            node = self._pattern(pattern, f"{flat.pointer}/patternProperties/{_escape(pattern)}")
+            if node is None:
+                return relaxed
+            languages.append(node)
+        if listed:
+            languages.append(alt(*(encode_text(name) for name in listed)))
+        if flat.property_names is not None:
+            languages.append(self._key_language(Flat(property_names=flat.property_names, pointer=flat.pointer), [], None))
+        try:
+            automata = [Grammar({"start": language}).automaton for language in languages]
+        except GrammarError as error:
+            self.unsupported("patternProperties", flat.pointer, f"cannot build the key automaton: {error}")
+            return relaxed
+        universe = Grammar({"start": star(COUNTED_STRING_CHAR)}).automaton
+        count = len(patterns)
+        listed_index = count if listed else None
+        names_index = len(languages) - 1 if flat.property_names is not None else None
+
+        # explore the product once; record transitions and which patterns accept where
+        start = (tuple(a.initial for a in automata), universe.initial)
+        transitions: dict = {}
+        accepting: dict = {}
+        pending, seen = [start], {start}
+        while pending:
+            state = pending.pop()
+            inner, outer = state
+            by_target: dict = {}
+            for byte in universe.next_bytes(outer):
+                target = (tuple(a.step(c, byte) if c != DEAD else DEAD for a, c in zip(automata, inner)), universe.step(outer, byte))
+                by_target.setdefault(target, []).append(byte)
+                if target not in seen:
+                    if len(seen) >= COMPLEMENT_MAX_STATES:
+                        self.fatal("patternProperties", flat.pointer, "the key automaton for patternProperties is too large")
+                    seen.add(target)
+                    pending.append(target)
+            transitions[state] = by_target
+            if universe.is_accepting(outer):
+                matched = frozenset(i for i, (a, c) in enumerate(zip(automata, inner)) if c != DEAD and a.is_accepting(c))
+                if (listed_index is None or listed_index not in matched) and (names_index is None or names_index in matched):
+                    accepting[state] = frozenset(i for i in matched if i < count)
+
+        members = []
+        for group in sorted(set(accepting.values()), key=sorted):
+            keys = self._class_rules(group, start, transitions, accepting)
+            if group:
+                value_schema = None
+                for i in sorted(group):
+                    value_schema = and_subs(value_schema, flat.patterns[patterns[i]])
+                value = self.translate_sub(value_schema)
+            elif flat.additional is not None and flat.additional.is_false():
+                continue
+            else:
+                value = self.translate_sub(flat.additional) if flat.additional is not None else self.json_value()
+            members.append(self._member(keys, value))
+        return alt(*members) if members else NOTHING
+
+    def _class_rules(self, group: frozenset, start, transitions: dict, accepting: dict) -> Node:
+        names: dict = {}
+        useful = _co_reachable({state for state, g in accepting.items() if g == group}, transitions)
+        if start not in useful:
+            return NOTHING
+        for state in useful:
+            names[state] = self._name("keys")
+        for state in useful:
+            options: list[Node] = [EMPTY] if accepting.get(state) == group else []
+            for target, byte_list in transitions[state].items():
+                if target in useful:
+                    options.append(seq(ByteSet(_byte_ranges(byte_list)), Ref(names[target])))
+            self.rules[names[state]] = alt(*options) if options else NOTHING
+        return Ref(names[start])
+
+    def _member(self, keys: Node, value: Node) -> Node:
+        if keys == NOTHING or value == NOTHING:
+            return NOTHING
+        return seq('"', keys, '"', self.ws, ":", self.ws, value)
+
+    def _ordered_members(
+        self, members: dict, required: set, extra: Node, lo: int, hi: int | None, inside: frozenset | None
+    ) -> Node:
+        """Listed properties in schema order, then the additional ones.
+
+        ``inside``: if given, at least one written key must lie outside this set (from a negated
+        ``additionalProperties: false``).
+        """
+        names = list(members)
+        cap = max(1, lo, hi or 0)
+        # Named states let the automaton builder share the common tails instead of copying them.
+        use_rules = cap > 1 or len(names) > 4 or inside is not None
+        memo: dict[tuple[int, int, bool], Node] = {}
+
+        def state(i: int, count: int, found: bool) -> Node:
+            key = (i, count, found)
+            if key in memo:
+                return memo[key]
+            if i == len(names):
+                node = self._extras_tail(extra, count, lo, hi, at_least=0 if found else 1)
+            else:
+                name = names[i]
+                member = seq(self._sep() if count else EMPTY, members[name])
+                can_emit = hi is None or count < hi
+                next_count = min(count + 1, cap)
+                next_found = found or name not in inside
+                if next_count == count and next_found == found:
+                    node = seq(member if name in required else optional(member), state(i + 1, count, found)) if can_emit else (
+                        NOTHING if name in required else state(i + 1, count, found)
+                    )
+                else:
+                    options = []
+                    if name not in required:
+                        options.append(state(i + 1, count, found))
+                    if can_emit:
+                        options.append(seq(member, state(i + 1, next_count, next_found)))
+                    node = alt(*options) if options else NOTHING
+            if use_rules and node not in (NOTHING, EMPTY):
+                rule = self._name("props")
+                self.rules[rule] = node
+                node = Ref(rule)
+            memo[key] = node
+            return node
+
+        return state(0, 0, inside is None)
+
+    def _extras_tail(self, extra: Node, count: int, lo: int, hi: int | None, at_least: int = 0) -> Node:
+        low = max(0, lo - count, at_least)
+        high = None if hi is None else hi - count
+        if high is not None and high < low:
+            return NOTHING
+        if extra == NOTHING or high == 0:
+            return EMPTY if low == 0 else NOTHING
+        if count:
+            return repeat(seq(self._sep(), extra), low, high)
+        first = seq(extra, repeat(seq(self._sep(), extra), max(low - 1, 0), None if high is None else high - 1))
+        return alt(EMPTY, first) if low == 0 else first
+
+    def _any_order_members(
+        self, flat: Flat, members: dict, required: set, extra: Node, lo: int, hi: int | None, inside: frozenset | None
+    ) -> Node:
+        """Listed properties in any order.
+
+        The grammar tracks which required properties were written (a set of at most
+        ANY_ORDER_MAX_PROPERTIES names); optional ones may appear anywhere. A key written
+        twice is read last-wins by JSON parsers and every occurrence matches its schema,
+        so this stays sound; with ``minProperties`` every property is tracked instead, so
+        that a repeated key cannot make up the count.
+        """
+        names = list(members)
+        if any(name not in members for name in required):
+            return NOTHING
+        tracked = names if lo > 0 else [n for n in names if n in required]
+        if len(tracked) > ANY_ORDER_MAX_PROPERTIES:
+            self.fatal(
+                "properties", flat.pointer,
+                f"property_order='any' tracks at most {ANY_ORDER_MAX_PROPERTIES} properties per object",
+            )
+        untracked = [n for n in names if n not in tracked]
+        # free members keep the "key outside `inside`" condition as it is, or satisfy it
+        free_in = self._shared(alt(*(members[n] for n in untracked if inside is not None and n in inside)), "free")
+        free_out = self._shared(alt(*(members[n] for n in untracked if inside is None or n not in inside), extra), "free")
+        cap = max(1, lo, hi or 0)
+        required_bits = sum(1 << i for i, name in enumerate(tracked) if name in required)
+        rule_names: dict[tuple[int, int, bool], str] = {}
+
+        def state(seen: int, count: int, found: bool) -> Node:
+            key = (seen, count, found)
+            if key in rule_names:
+                return Ref(rule_names[key])
+            rule = self._name("anyorder")
+            rule_names[key] = rule
+            self.rules[rule] = NOTHING
+            options: list[Node] = []
+            if seen & required_bits == required_bits and count >= lo and found:
+                options.append(EMPTY)
+            if hi is None or count < hi:
+                sep = self._sep() if count else EMPTY
+                next_count = min(count + 1, cap)
+                for i, name in enumerate(tracked):
+                    if not seen & (1 << i):
+                        next_found = found or name not in inside
+                        options.append(seq(sep, members[name], state(seen | (1 << i), next_count, next_found)))
+                if free_in != NOTHING:
+                    options.append(seq(sep, free_in, state(seen, next_count, found)))
+                if free_out != NOTHING:
+                    options.append(seq(sep, free_out, state(seen, next_count, True)))
+            self.rules[rule] = alt(*options) if options else NOTHING
+            return Ref(rule)
+
+        return state(0, 0, inside is None)
+
+
+def _co_reachable(targets: set, transitions: dict) -> set:
+    """States from which some state in ``targets`` can be reached."""
+    reverse: dict = {}
+    for state, by_target in transitions.items():
+        for target in by_target:
+            reverse.setdefault(target, set()).add(state)
+    found, pending = set(targets), list(targets)
+    while pending:
+        for previous in reverse.get(pending.pop(), ()):
+            if previous not in found:
+                found.add(previous)
+                pending.append(previous)
+    return found
+
+
+def _byte_ranges(values: list[int]) -> tuple[tuple[int, int], ...]:
+    ranges: list[tuple[int, int]] = []
+    for value in sorted(values):
+        if ranges and value == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], value)
+        else:
+            ranges.append((value, value))
+    return tuple(ranges)
+
+
+def _equal_number(number) -> Node:
+    return Intersect((value_compare(number, ">=", integer=False), value_compare(number, "<=", integer=False)))
+
+
+def _structured(flat: Flat) -> bool:
+    types = flat.types if flat.types is not None else TYPE_ATOMS
+    return flat.enum is None and flat.ref is None and bool(types & {"array", "object"})
+
+
+def _listed_value_schema(flat: Flat, name: str) -> Sub | None:
+    result = flat.props.get(name)
+    matched = False
+    for pattern, sub in flat.patterns.items():
+        if pattern_matches(pattern, name):
+            result = and_subs(result, sub)
+            matched = True
+    if name not in flat.props and not matched:
+        result = and_subs(result, flat.additional)
+    return result
+
+
+def _without_contains(flat: Flat) -> Flat:
+    from dataclasses import replace
+
+    return replace(flat, contains=None)
+
+
+def _top_level_alternatives(pattern: str) -> list[str]:
+    """Split a regex at its top-level ``|`` (outside groups and classes)."""
+    branches, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            if char == "]":
+                in_class = False
+        elif char == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "]":
+                i += 1
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            branches.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    branches.append(pattern[start:])
+    return branches
+
+
+def _strip_anchors(branch: str) -> tuple[str, bool, bool]:
+    anchored_start = branch.startswith("^")
+    if anchored_start:
+        branch = branch[1:]
+    anchored_end = False
+    if branch.endswith("$"):
+        backslashes = len(branch) - 1 - len(branch[:-1].rstrip("\\"))
+        if backslashes % 2 == 0:
+            anchored_end = True
+            branch = branch[:-1]
+    return branch, anchored_start, anchored_end
+
+
+def _prune_unproductive(rules: dict[str, Node]) -> dict[str, Node]:
+    """Drop rules that derive no finite string and every reference to them."""
+    productive: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, node in rules.items():
+            if name not in productive and _derives(node, productive):
+                productive.add(name)
+                changed = True
+    if len(productive) == len(rules):
+        return rules
+    return {name: _replace_refs(node, productive) for name, node in rules.items() if name in productive}
+
+
+def _derives(node: Node, productive: set[str]) -> bool:
+    if isinstance(node, Ref):
+        return node.name in productive
+    if isinstance(node, Seq):
+        return all(_derives(item, productive) for item in node.items)
+    if isinstance(node, Alt):
+        return any(_derives(item, productive) for item in node.items)
+    if isinstance(node, Repeat):
+        return node.min == 0 or _derives(node.item, productive)
+    if isinstance(node, Intersect):
+        return all(_derives(item, productive) for item in node.items)
+    return True
+
+
+def _replace_refs(node: Node, productive: set[str]) -> Node:
+    if isinstance(node, Ref):
+        return node if node.name in productive else NOTHING
+    if isinstance(node, Seq):
+        return seq(*(_replace_refs(item, productive) for item in node.items))
+    if isinstance(node, Alt):
+        items = [_replace_refs(item, productive) for item in node.items]
+        items = [item for item in items if item != NOTHING]
+        return alt(*items) if items else NOTHING
+    if isinstance(node, Repeat):
+        item = _replace_refs(node.item, productive)
+        if item == NOTHING:
+            return EMPTY
+        return repeat(item, node.min, node.max)
+    if isinstance(node, Intersect):
+        return Intersect(tuple(_replace_refs(item, productive) for item in node.items))
+    return node

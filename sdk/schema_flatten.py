@@ -1,0 +1,743 @@
+"""Schema normal form: every schema becomes a list of *flat* alternatives.
+
+A flat alternative is a plain conjunction of per-type constraints (no ``allOf``, ``anyOf``,
+``oneOf``, ``not``, ``if``, no ``$ref`` with siblings). ``allOf`` is a real merge of
+constraints, ``anyOf`` a union of alternatives, ``not`` is pushed down to the keywords
+(De Morgan), ``oneOf`` is kept exclusive by adding the negation of the other branches
+unless the branches are disjoint, ``if/then/else`` becomes
+``(if and then) or (not if and else)``. Subschemas (property values, items, ...) are
+kept as :class:`Sub` conjunctions and normalised only when the translator reaches them,
+which is what lets recursive schemas stay recursive.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Protocol
+
+from .schema_numbers import NumberConstraintError, to_decimal
+
+TYPE_ATOMS = frozenset({"null", "boolean", "integer", "nonint", "string", "array", "object"})
+_TYPE_NAMES = {
+    "null": {"null"},
+    "boolean": {"boolean"},
+    "integer": {"integer"},
+    "number": {"integer", "nonint"},
+    "string": {"string"},
+    "array": {"array"},
+    "object": {"object"},
+}
+
+ANNOTATIONS = frozenset(
+    {
+        "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+        "writeOnly", "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$defs", "definitions",
+        "$vocabulary", "contentMediaType", "contentEncoding", "contentSchema",
+    }
+)
+UNSUPPORTED_KEYWORDS = frozenset({"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"})
+MAX_ALTERNATIVES = 256
+MAX_REF_DEPTH = 40
+
+
+@dataclass(frozen=True)
+class Part:
+    """One schema in its resolution context."""
+
+    schema: Any = field(compare=False)
+    base: str
+    pointer: str
+    ident: int = 0
+
+    @staticmethod
+    def of(schema: Any, base: str, pointer: str) -> "Part":
+        return Part(schema, base, pointer, id(schema))
+
+
+@dataclass(frozen=True)
+class Sub:
+    """A conjunction of schemas (a subschema position after merging)."""
+
+    parts: tuple[Part, ...]
+
+    def and_(self, other: "Sub | None") -> "Sub":
+        if other is None:
+            return self
+        return Sub(self.parts + tuple(p for p in other.parts if p not in self.parts))
+
+    @property
+    def pointer(self) -> str:
+        return self.parts[0].pointer
+
+    def is_false(self) -> bool:
+        return any(p.schema is False for p in self.parts)
+
+    def is_true(self) -> bool:
+        return all(p.schema is True or (isinstance(p.schema, dict) and not _constraint_keys(p.schema)) for p in self.parts)
+
+
+KEYWORDS = frozenset(
+    {
+        "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
+        "propertyNames", "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
+        "dependencies", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "contains",
+        "minContains", "maxContains", "uniqueItems", "minLength", "maxLength", "pattern", "format",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "allOf", "anyOf",
+        "oneOf", "not", "if", "then", "else", "$ref", "__types__", "__exclude__", "__key_outside__",
+    }
+) | UNSUPPORTED_KEYWORDS
+
+
+def _constraint_keys(schema: dict) -> list[str]:
+    """The keys of ``schema`` that constrain values (unknown keys are annotations to validators)."""
+    return [key for key in schema if key in KEYWORDS]
+
+
+def and_subs(a: Sub | None, b: Sub | None) -> Sub | None:
+    if a is None:
+        return b
+    return a.and_(b)
+
+
+@dataclass
+class Flat:
+    """A conjunction of per-type constraints; ``None`` means "no constraint"."""
+
+    types: frozenset | None = None
+    enum: list | None = None
+    exclude: list = field(default_factory=list)
+    ref: Part | None = None
+    # objects
+    props: dict = field(default_factory=dict)
+    required: list = field(default_factory=list)
+    additional: Sub | None = None
+    patterns: dict = field(default_factory=dict)
+    property_names: Sub | None = None
+    # each entry: the object must have a key outside this set of names
+    key_outside: list = field(default_factory=list)
+    min_props: int = 0
+    max_props: int | None = None
+    # arrays
+    prefix: list = field(default_factory=list)
+    items: Sub | None = None
+    min_items: int = 0
+    max_items: int | None = None
+    contains: Sub | None = None
+    min_contains: int = 1
+    max_contains: int | None = None
+    unique: bool = False
+    # strings
+    min_length: int = 0
+    max_length: int | None = None
+    string_patterns: list = field(default_factory=list)
+    formats: list = field(default_factory=list)
+    # numbers
+    lower: tuple | None = None
+    upper: tuple | None = None
+    multiples: list = field(default_factory=list)
+    # where the constraints came from (validated against when filtering enum values)
+    sources: list = field(default_factory=list)
+    pointer: str = ""
+
+
+class Reporter(Protocol):
+    """Raises or records what cannot be expressed (the translator supplies it)."""
+
+    def unsupported(self, keyword: str, pointer: str, message: str) -> None:
+        """Raise, or (lenient mode) record a relaxation and return so the caller relaxes."""
+
+    def fatal(self, keyword: str, pointer: str, message: str) -> NoReturn:
+        """Raise: no relaxation exists."""
+
+
+def _child(pointer: str, *keys: Any) -> str:
+    for key in keys:
+        pointer += "/" + str(key).replace("~", "~0").replace("/", "~1")
+    return pointer
+
+
+def _tighter(a: tuple | None, b: tuple | None, lower: bool) -> tuple | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if a[0] != b[0]:
+        return (max if lower else min)(a, b, key=lambda bound: bound[0])
+    return (a[0], a[1] or b[1])
+
+
+def _min_opt(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+class Normalizer:
+    """Turns schemas into lists of :class:`Flat` alternatives."""
+
+    def __init__(self, resolver, reporter: Reporter, legacy_ref_siblings: bool) -> None:
+        self.resolver = resolver
+        self.reporter = reporter
+        self.legacy_ref_siblings = legacy_ref_siblings
+
+    # -- entry points -------------------------------------------------------------------
+    def flatten_sub(self, sub: Sub, depth: int = 0) -> list[Flat]:
+        alternatives = [Flat()]
+        for part in sub.parts:
+            alternatives = self._product(alternatives, self.flatten(part.schema, part.base, part.pointer, depth), part.pointer, depth)
+        return alternatives
+
+    def flatten(self, schema: Any, base: str, pointer: str, depth: int = 0, record: bool = True) -> list[Flat]:
+        if depth > MAX_REF_DEPTH:
+            self.reporter.fatal("$ref", pointer, "references nest too deeply (a $ref cycle that never reaches a value?)")
+        if schema is True:
+            return [Flat(pointer=pointer)]
+        if schema is False:
+            return []
+        if not isinstance(schema, dict):
+            self.reporter.fatal("schema", pointer, f"a schema must be an object or a boolean, got {type(schema).__name__}")
+        base = self.resolver.base_of(schema, base)
+        for keyword in UNSUPPORTED_KEYWORDS & schema.keys():
+            self.reporter.unsupported(keyword, _child(pointer, keyword), f"{keyword} is not supported")
+        if "$ref" in schema:
+            target, target_base, target_pointer = self.resolver.resolve(schema["$ref"], base, _child(pointer, "$ref"))
+            ref_flat = Flat(ref=Part.of(target, target_base, target_pointer), pointer=pointer)
+            siblings = {k: v for k, v in schema.items() if k != "$ref" and k in KEYWORDS and k not in UNSUPPORTED_KEYWORDS}
+            if self.legacy_ref_siblings or not siblings:
+                return [ref_flat]
+            inlined = self.flatten(target, target_base, target_pointer, depth + 1)
+            rest = self.flatten(siblings, base, pointer, depth, record=False)
+            alternatives = self._product(inlined, rest, pointer, depth)
+            return self._recorded(alternatives, schema, base) if record else alternatives
+
+        alternatives = [self._keywords(schema, base, pointer)]
+        for i, member in enumerate(schema.get("allOf", ())):
+            alternatives = self._product(alternatives, self.flatten(member, base, _child(pointer, "allOf", i), depth), pointer, depth)
+        if "anyOf" in schema:
+            union = []
+            for i, member in enumerate(schema["anyOf"]):
+                union.extend(self.flatten(member, base, _child(pointer, "anyOf", i), depth))
+            alternatives = self._product(alternatives, union, pointer, depth)
+        if "oneOf" in schema:
+            alternatives = self._product(alternatives, self._one_of(schema["oneOf"], base, _child(pointer, "oneOf"), depth), pointer, depth)
+        if "not" in schema:
+            negated = self._negation_or_relax(schema["not"], base, _child(pointer, "not"), "not", depth)
+            if negated is not None:
+                alternatives = self._product(alternatives, negated, pointer, depth)
+        if "if" in schema and ("then" in schema or "else" in schema):
+            alternatives = self._product(alternatives, self._if_then_else(schema, base, pointer, depth), pointer, depth)
+        dependent_required = dict(schema.get("dependentRequired", {}))
+        dependent_schemas = dict(schema.get("dependentSchemas", {}))
+        for key, value in schema.get("dependencies", {}).items():
+            (dependent_required if isinstance(value, list) else dependent_schemas)[key] = value
+        for key, names in dependent_required.items():
+            branches = [Flat(props={key: Sub((Part.of(False, base, pointer),))}, pointer=pointer),
+                        Flat(required=[key, *names], pointer=pointer)]
+            alternatives = self._product(alternatives, branches, pointer, depth)
+        for key, dependent in dependent_schemas.items():
+            present = self.flatten(dependent, base, _child(pointer, "dependentSchemas", key), depth)
+            absent = [Flat(props={key: Sub((Part.of(False, base, pointer),))}, pointer=pointer)]
+            present = self._product([Flat(required=[key], pointer=pointer)], present, pointer, depth)
+            alternatives = self._product(alternatives, absent + present, pointer, depth)
+        return self._recorded(alternatives, schema, base) if record else alternatives
+
+    # -- helpers ------------------------------------------------------------------------
+    def _recorded(self, alternatives: list[Flat], schema: Any, base: str) -> list[Flat]:
+        for flat in alternatives:
+            flat.sources.append((schema, base))
+        return alternatives
+
+    def _product(self, left: list[Flat], right: list[Flat], pointer: str, depth: int) -> list[Flat]:
+        if len(left) * len(right) > MAX_ALTERNATIVES:
+            self.reporter.fatal("anyOf", pointer, f"the combinators expand to more than {MAX_ALTERNATIVES} alternatives")
+        out = []
+        for a in left:
+            for b in right:
+                for merged in self._merge(a, b, pointer, depth):
+                    if self._satisfiable(merged):
+                        out.append(merged)
+        return out
+
+    def _satisfiable(self, flat: Flat) -> bool:
+        if flat.ref is not None:
+            return True
+        if flat.types is not None and not flat.types:
+            return False
+        return flat.enum is None or bool(flat.enum)
+
+    def _merge(self, a: Flat, b: Flat, pointer: str, depth: int) -> list[Flat]:
+        if a.ref is not None or b.ref is not None:
+            if a.ref is not None and _is_empty(b):
+                return [_copy_flat(a, b.sources)]
+            if b.ref is not None and _is_empty(a):
+                return [_copy_flat(b, a.sources)]
+            expanded_a = self._expand_ref(a, depth)
+            expanded_b = self._expand_ref(b, depth)
+            return self._product(expanded_a, expanded_b, pointer, depth + 1)
+        m = Flat(pointer=a.pointer or b.pointer)
+        m.types = a.types if b.types is None else b.types if a.types is None else a.types & b.types
+        m.enum = a.enum if b.enum is None else b.enum if a.enum is None else [v for v in a.enum if _member(v, b.enum)]
+        m.exclude = a.exclude + b.exclude
+        self._merge_objects(m, a, b, pointer)
+        self._merge_arrays(m, a, b, pointer)
+        m.min_length = max(a.min_length, b.min_length)
+        m.max_length = _min_opt(a.max_length, b.max_length)
+        m.string_patterns = a.string_patterns + [p for p in b.string_patterns if p not in a.string_patterns]
+        m.formats = a.formats + [f for f in b.formats if f not in a.formats]
+        m.lower = _tighter(a.lower, b.lower, lower=True)
+        m.upper = _tighter(a.upper, b.upper, lower=False)
+        m.multiples = a.multiples + [q for q in b.multiples if q not in a.multiples]
+        m.sources = a.sources + b.sources
+        return [m]
+
+    def _expand_ref(self, flat: Flat, depth: int) -> list[Flat]:
+        if flat.ref is None:
+            return [flat]
+        part = flat.ref
+        expanded = self.flatten(part.schema, part.base, part.pointer, depth + 1)
+        for item in expanded:
+            item.sources = item.sources + flat.sources
+        return expanded
+
+    def _merge_objects(self, m: Flat, a: Flat, b: Flat, pointer: str) -> None:
+        if (a.patterns and b.additional is not None) or (b.patterns and a.additional is not None):
+            self.reporter.fatal("allOf", pointer, "cannot merge patternProperties with another schema's additionalProperties")
+        props: dict = {}
+        for name in list(a.props) + [n for n in b.props if n not in a.props]:
+            props[name] = and_subs(_value_schema(a, name), _value_schema(b, name))
+        m.props = props
+        m.required = a.required + [n for n in b.required if n not in a.required]
+        m.additional = and_subs(a.additional, b.additional)
+        m.patterns = dict(a.patterns)
+        for pattern, sub in b.patterns.items():
+            m.patterns[pattern] = and_subs(m.patterns.get(pattern), sub)
+        m.property_names = and_subs(a.property_names, b.property_names)
+        m.key_outside = a.key_outside + [k for k in b.key_outside if k not in a.key_outside]
+        m.min_props = max(a.min_props, b.min_props)
+        m.max_props = _min_opt(a.max_props, b.max_props)
+
+    def _merge_arrays(self, m: Flat, a: Flat, b: Flat, pointer: str) -> None:
+        length = max(len(a.prefix), len(b.prefix))
+
+        def at(flat: Flat, i: int) -> Sub | None:
+            return flat.prefix[i] if i < len(flat.prefix) else flat.items
+
+        m.prefix = [and_subs(at(a, i), at(b, i)) or Sub((Part.of(True, "", pointer),)) for i in range(length)]
+        m.items = and_subs(a.items, b.items)
+        if a.contains is not None and b.contains is not None:
+            self.reporter.fatal("contains", pointer, "two contains constraints on one array cannot be combined")
+        m.contains = a.contains or b.contains
+        m.min_contains = a.min_contains if a.contains is not None else b.min_contains
+        m.max_contains = a.max_contains if a.contains is not None else b.max_contains
+        m.min_items = max(a.min_items, b.min_items)
+        m.max_items = _min_opt(a.max_items, b.max_items)
+        m.unique = a.unique or b.unique
+
+    # -- keyword parsing ------------------------------------------------------------------
+    def _keywords(self, schema: dict, base: str, pointer: str) -> Flat:
+        flat = Flat(pointer=pointer)
+
+        def sub(value: Any, *keys: Any) -> Sub:
+            return Sub((Part.of(value, base, _child(pointer, *keys)),))
+
+        def count(keyword: str) -> int:
+            value = schema[keyword]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or int(value) != value:
+                self.reporter.fatal(keyword, _child(pointer, keyword), f"{keyword} must be a non-negative integer")
+            return int(value)
+
+        if "type" in schema:
+            names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            atoms: set = set()
+            for name in names:
+                if name not in _TYPE_NAMES:
+                    self.reporter.fatal("type", _child(pointer, "type"), f"unknown type {name!r}")
+                atoms |= _TYPE_NAMES[name]
+            flat.types = frozenset(atoms)
+        if "__types__" in schema:
+            flat.types = frozenset(schema["__types__"]) if flat.types is None else flat.types & frozenset(schema["__types__"])
+        if "enum" in schema:
+            flat.enum = list(schema["enum"])
+        if "const" in schema:
+            flat.enum = [v for v in (flat.enum if flat.enum is not None else [schema["const"]]) if _equal(v, schema["const"])]
+        flat.exclude = list(schema.get("__exclude__", ()))
+        # objects
+        for name, value in schema.get("properties", {}).items():
+            flat.props[name] = sub(value, "properties", name)
+        flat.required = list(dict.fromkeys(schema.get("required", ()))) if isinstance(schema.get("required"), list) else []
+        if "additionalProperties" in schema:
+            flat.additional = sub(schema["additionalProperties"], "additionalProperties")
+        for pattern, value in schema.get("patternProperties", {}).items():
+            flat.patterns[pattern] = sub(value, "patternProperties", pattern)
+        if "propertyNames" in schema:
+            flat.property_names = sub(schema["propertyNames"], "propertyNames")
+        if "__key_outside__" in schema:
+            flat.key_outside = [frozenset(schema["__key_outside__"])]
+        if "minProperties" in schema:
+            flat.min_props = count("minProperties")
+        if "maxProperties" in schema:
+            flat.max_props = count("maxProperties")
+        # arrays (draft 7 tuples: items as a list, additionalItems for the rest)
+        items = schema.get("items")
+        if isinstance(items, list):
+            flat.prefix = [sub(value, "items", i) for i, value in enumerate(items)]
+            if "additionalItems" in schema:
+                flat.items = sub(schema["additionalItems"], "additionalItems")
+        else:
+            flat.prefix = [sub(value, "prefixItems", i) for i, value in enumerate(schema.get("prefixItems", ()))]
+            if items is not None:
+                flat.items = sub(items, "items")
+        if "contains" in schema:
+            flat.contains = sub(schema["contains"], "contains")
+            if "minContains" in schema:
+                flat.min_contains = count("minContains")
+            if "maxContains" in schema:
+                flat.max_contains = count("maxContains")
+        if "minItems" in schema:
+            flat.min_items = count("minItems")
+        if "maxItems" in schema:
+            flat.max_items = count("maxItems")
+        flat.unique = schema.get("uniqueItems") is True
+        # strings
+        if "minLength" in schema:
+            flat.min_length = count("minLength")
+        if "maxLength" in schema:
+            flat.max_length = count("maxLength")
+        if "pattern" in schema:
+            flat.string_patterns = [schema["pattern"]]
+        if "format" in schema and isinstance(schema["format"], str):
+            flat.formats = [schema["format"]]
+        # numbers (draft 4 spells exclusive bounds as booleans next to minimum/maximum)
+        try:
+            flat.lower = self._bound(schema, "minimum", "exclusiveMinimum", lower=True)
+            flat.upper = self._bound(schema, "maximum", "exclusiveMaximum", lower=False)
+            if "multipleOf" in schema:
+                flat.multiples = [to_decimal(schema["multipleOf"])]
+        except NumberConstraintError as error:
+            self.reporter.fatal("minimum", pointer, str(error))
+        return flat
+
+    @staticmethod
+    def _bound(schema: dict, inclusive: str, exclusive: str, lower: bool) -> tuple | None:
+        bound = None
+        flag = schema.get(exclusive)
+        if inclusive in schema:
+            bound = (to_decimal(schema[inclusive]), flag is True)
+        if flag is not None and not isinstance(flag, bool):
+            bound = _tighter(bound, (to_decimal(flag), True), lower)
+        return bound
+
+    # -- oneOf, not, if -----------------------------------------------------------------------
+    def _one_of(self, branches: list, base: str, pointer: str, depth: int) -> list[Flat]:
+        flattened = [self.flatten(b, base, _child(pointer, i), depth) for i, b in enumerate(branches)]
+        if all(
+            _disjoint(flattened[i], flattened[j])
+            for i in range(len(branches))
+            for j in range(i + 1, len(branches))
+        ):
+            return [flat for alternatives in flattened for flat in alternatives]
+        out: list[Flat] = []
+        for i, branch in enumerate(branches):
+            alternatives = flattened[i]
+            for j, other in enumerate(branches):
+                if i == j or _disjoint(flattened[i], flattened[j]):
+                    continue
+                negated = self._negation_or_relax(other, base, _child(pointer, j), "oneOf", depth)
+                if negated is None:
+                    continue
+                alternatives = self._product(alternatives, negated, pointer, depth)
+            out.extend(alternatives)
+        return out
+
+    def _if_then_else(self, schema: dict, base: str, pointer: str, depth: int) -> list[Flat]:
+        condition = self.flatten(schema["if"], base, _child(pointer, "if"), depth)
+        then = self.flatten(schema.get("then", True), base, _child(pointer, "then"), depth)
+        otherwise = self.flatten(schema.get("else", True), base, _child(pointer, "else"), depth)
+        negated = self._negation_or_relax(schema["if"], base, _child(pointer, "if"), "if", depth)
+        if negated is None:
+            return self._product(condition, then, pointer, depth) + otherwise
+        return self._product(condition, then, pointer, depth) + self._product(negated, otherwise, pointer, depth)
+
+    def _negation_or_relax(self, schema: Any, base: str, pointer: str, keyword: str, depth: int) -> list[Flat] | None:
+        try:
+            negated = negate(schema, self.resolver, base, pointer)
+        except NegationError as error:
+            self.reporter.unsupported(keyword, error.pointer, f"cannot express the negation: {error}")
+            return None
+        alternatives = self.flatten(negated, base, pointer, depth + 1, record=False)
+        return self._recorded(alternatives, {"not": schema}, base)
+
+
+def _value_schema(flat: Flat, name: str) -> Sub | None:
+    """What ``flat`` requires of the value of property ``name``."""
+    result = flat.props.get(name)
+    matched = False
+    for pattern, sub in flat.patterns.items():
+        if pattern_matches(pattern, name):
+            result = and_subs(result, sub)
+            matched = True
+    if name not in flat.props and not matched:
+        result = and_subs(result, flat.additional)
+    return result
+
+
+def pattern_matches(pattern: str, text: str) -> bool:
+    try:
+        return re.search(pattern, text) is not None
+    except re.error:
+        return False
+
+
+def _is_empty(flat: Flat) -> bool:
+    return flat == Flat(pointer=flat.pointer, sources=flat.sources)
+
+
+def _copy_flat(flat: Flat, extra_sources: list) -> Flat:
+    return Flat(ref=flat.ref, pointer=flat.pointer, sources=flat.sources + extra_sources)
+
+
+def canonical(value: Any) -> str:
+    def norm(v: Any) -> Any:
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)):
+            return ("number", str(to_decimal(v).normalize()))
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in sorted(v.items())}
+        return repr(v)
+
+    return json.dumps(norm(value), sort_keys=True)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    return canonical(a) == canonical(b)
+
+
+def member_of(value: Any, values: list) -> bool:
+    """``value in values`` with JSON Schema equality (1 == 1.0, true != 1)."""
+    return any(_equal(value, v) for v in values)
+
+
+_member = member_of
+
+
+def _type_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if float(value).is_integer() else "nonint"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _signature(alternatives: list[Flat]) -> tuple[frozenset | None, list | None, dict]:
+    """(possible types, possible values or None, required-property value sets)."""
+    types: set = set()
+    values: list | None = []
+    discriminators: dict | None = None
+    for flat in alternatives:
+        if flat.ref is not None:
+            return None, None, {}
+        flat_types = flat.types if flat.types is not None else TYPE_ATOMS
+        if flat.enum is not None:
+            flat_types = flat_types & {_type_of(v) for v in flat.enum}
+        types |= flat_types
+        if values is not None:
+            values = values + flat.enum if flat.enum is not None else None
+        local: dict = {}
+        for name in flat.required:
+            sub = flat.props.get(name)
+            if sub is None:
+                continue
+            enum = _finite_values(sub)
+            if enum is not None:
+                local[name] = enum
+        if flat_types - {"object"}:
+            local = {}
+        if discriminators is None:
+            discriminators = local
+        else:
+            discriminators = {k: discriminators[k] + v for k, v in local.items() if k in discriminators}
+    return frozenset(types), values, discriminators or {}
+
+
+def _finite_values(sub: Sub) -> list | None:
+    for part in sub.parts:
+        schema = part.schema
+        if isinstance(schema, dict):
+            if "const" in schema:
+                return [schema["const"]]
+            if "enum" in schema and isinstance(schema["enum"], list):
+                return list(schema["enum"])
+    return None
+
+
+def _disjoint(a: list[Flat], b: list[Flat]) -> bool:
+    if not a or not b:
+        return True
+    types_a, values_a, disc_a = _signature(a)
+    types_b, values_b, disc_b = _signature(b)
+    if types_a is None or types_b is None:
+        return False
+    if not types_a & types_b:
+        return True
+    if values_a is not None and values_b is not None:
+        return not any(_member(v, values_b) for v in values_a)
+    if types_a <= {"object"} and types_b <= {"object"}:
+        for name, vals in disc_a.items():
+            if name in disc_b and not any(_member(v, disc_b[name]) for v in vals):
+                return True
+        if _requires_forbidden(a, b) or _requires_forbidden(b, a):
+            return True
+    return False
+
+
+def _requires_forbidden(a: list[Flat], b: list[Flat]) -> bool:
+    """Every object of ``a`` has a property that no object of ``b`` may have."""
+    common = None
+    for flat in a:
+        names = set(flat.required)
+        common = names if common is None else common & names
+    if not common:
+        return False
+    for name in common:
+        if all(_forbids(flat, name) for flat in b):
+            return True
+    return False
+
+
+def _forbids(flat: Flat, name: str) -> bool:
+    sub = flat.props.get(name)
+    if sub is not None:
+        return sub.is_false()
+    if any(pattern_matches(p, name) for p in flat.patterns):
+        return False
+    return flat.additional is not None and flat.additional.is_false()
+
+
+class NegationError(ValueError):
+    def __init__(self, pointer: str, message: str) -> None:
+        super().__init__(message)
+        self.pointer = pointer
+
+
+def _others(*types: str) -> dict:
+    return {"__types__": sorted(TYPE_ATOMS - set(types))}
+
+
+def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
+    """A schema (possibly using ``__types__``/``__exclude__``) matching exactly the values ``schema`` rejects."""
+    if schema is True:
+        return False
+    if schema is False:
+        return True
+    if not isinstance(schema, dict):
+        raise NegationError(pointer, "not a schema")
+    if "$ref" in schema:
+        target, target_base, target_pointer = resolver.resolve(schema["$ref"], resolver.base_of(schema, base), pointer)
+        rest = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
+        if target_base != base:
+            raise NegationError(pointer, "a $ref into another document")
+        if rest:
+            return {"anyOf": [negate(target, resolver, base, target_pointer), negate(rest, resolver, base, pointer)]}
+        return negate(target, resolver, base, target_pointer)
+    options: list[Any] = []
+    keys = set(_constraint_keys(schema))
+    handled: set = set()
+
+    def use(*names: str) -> bool:
+        present = [n for n in names if n in keys]
+        handled.update(present)
+        return bool(present)
+
+    if use("type"):
+        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        atoms: set = set()
+        for name in names:
+            atoms |= _TYPE_NAMES.get(name, set())
+        options.append({"__types__": sorted(TYPE_ATOMS - atoms)})
+    if use("__types__"):
+        options.append({"__types__": sorted(TYPE_ATOMS - set(schema["__types__"]))})
+    if use("enum", "const"):
+        values = list(schema.get("enum", []))
+        if "const" in schema:
+            values = [schema["const"]] if "enum" not in schema else [v for v in values if _equal(v, schema["const"])]
+        if any(isinstance(v, (dict, list)) for v in values):
+            raise NegationError(pointer, "excluding array or object values")
+        options.append({"__exclude__": values})
+    if use("__exclude__"):
+        options.append({"enum": list(schema["__exclude__"])})
+    for keyword, opposite, strict in (
+        ("minimum", "exclusiveMaximum", False),
+        ("maximum", "exclusiveMinimum", False),
+    ):
+        if use(keyword):
+            exclusive_flag = schema.get("exclusiveMinimum" if keyword == "minimum" else "exclusiveMaximum")
+            if exclusive_flag is True:
+                inverse = {"maximum" if keyword == "minimum" else "minimum": schema[keyword]}
+            else:
+                inverse = {opposite: schema[keyword]}
+            options.append({"anyOf": [_others("integer", "nonint"), {"type": "number", **inverse}]})
+    for keyword, opposite in (("exclusiveMinimum", "maximum"), ("exclusiveMaximum", "minimum")):
+        if use(keyword) and not isinstance(schema[keyword], bool):
+            options.append({"anyOf": [_others("integer", "nonint"), {"type": "number", opposite: schema[keyword]}]})
+    for keyword, kind, inverse in (
+        ("minLength", "string", lambda n: {"maxLength": n - 1}),
+        ("maxLength", "string", lambda n: {"minLength": n + 1}),
+        ("minItems", "array", lambda n: {"maxItems": n - 1}),
+        ("maxItems", "array", lambda n: {"minItems": n + 1}),
+        ("minProperties", "object", lambda n: {"maxProperties": n - 1}),
+        ("maxProperties", "object", lambda n: {"minProperties": n + 1}),
+    ):
+        if use(keyword):
+            n = schema[keyword]
+            branch = [_others(kind)]
+            if not (keyword.startswith("min") and n == 0):
+                branch.append({"type": kind, **inverse(n)})
+            options.append({"anyOf": branch})
+    if use("required"):
+        options.append({"anyOf": [_others("object")] + [{"type": "object", "properties": {name: False}} for name in schema["required"]]})
+    if use("additionalProperties"):
+        if schema["additionalProperties"] is not False or "patternProperties" in keys:
+            raise NegationError(pointer, "negating additionalProperties other than false, or next to patternProperties")
+        # some key outside the listed properties
+        options.append({"__types__": ["object"], "__key_outside__": sorted(schema.get("properties", {}))})
+    if use("properties"):
+        if "patternProperties" in keys:
+            raise NegationError(pointer, "negating properties together with patternProperties")
+        branches = [_others("object")]
+        for name, value in schema["properties"].items():
+            branches.append({"type": "object", "required": [name], "properties": {name: negate(value, resolver, base, _child(pointer, "properties", name))}})
+        options.append({"anyOf": branches})
+    if use("items"):
+        if "prefixItems" in keys or isinstance(schema["items"], list):
+            raise NegationError(pointer, "negating items together with prefixItems")
+        options.append({"anyOf": [_others("array"), {"type": "array", "contains": negate(schema["items"], resolver, base, _child(pointer, "items"))}]})
+    if use("contains"):
+        if "minContains" in keys or "maxContains" in keys:
+            raise NegationError(pointer, "negating minContains/maxContains")
+        options.append({"anyOf": [_others("array"), {"type": "array", "items": negate(schema["contains"], resolver, base, _child(pointer, "contains"))}]})
+    if use("uniqueItems") and schema["uniqueItems"] is True:
+        raise NegationError(pointer, "negating uniqueItems")
+    if use("allOf"):
+        options.extend(negate(member, resolver, base, _child(pointer, "allOf", i)) for i, member in enumerate(schema["allOf"]))
+    if use("anyOf"):
+        options.append({"allOf": [negate(member, resolver, base, _child(pointer, "anyOf", i)) for i, member in enumerate(schema["anyOf"])]})
+    if use("not"):
+        options.append(schema["not"])
+    unhandled = keys - handled - {"exclusiveMinimum", "exclusiveMaximum"} - {"minContains", "maxContains"}
+    if unhandled:
+        keyword = sorted(unhandled)[0]
+        raise NegationError(_child(pointer, keyword), f"negating {keyword!r}")
+    if not options:
+        return False
+    return options[0] if len(options) == 1 else {"anyOf": options}

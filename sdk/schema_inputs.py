@@ -1,0 +1,200 @@
+"""Everything surecall accepts as a schema, turned into a JSON Schema dict.
+
+Pydantic v2 classes, ``pydantic.v1`` models, TypedDicts, dataclasses and other annotated
+types go through Pydantic; a Python function becomes the object schema of its parameters
+with descriptions from its docstring; tool dicts (OpenAI, Anthropic) give their parameter
+schema; a LangChain tool gives its tool-call schema (LangChain is imported only when such
+an object is passed).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+from typing import Any, get_type_hints
+
+
+class SchemaInputError(TypeError):
+    """The object cannot be turned into a JSON Schema."""
+
+
+def to_json_schema(obj: Any) -> dict:
+    """The JSON Schema (a new dict) describing the values ``obj`` stands for."""
+    if isinstance(obj, bool):
+        return {} if obj else {"not": {}}
+    if isinstance(obj, dict):
+        return copy.deepcopy(_schema_of_dict(obj))
+    if _is_langchain_tool(obj):
+        return _schema_of_langchain_tool(obj)
+    if isinstance(obj, type):
+        return _schema_of_type(obj)
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        return _schema_of_function(obj)
+    try:
+        return _schema_of_type(obj)
+    except SchemaInputError:
+        raise
+    except Exception as error:
+        raise SchemaInputError(
+            f"cannot derive a JSON Schema from {obj!r}: expected a Pydantic model, TypedDict, dataclass, "
+            "function, JSON Schema dict, OpenAI/Anthropic tool dict or LangChain tool"
+        ) from error
+
+
+def _schema_of_dict(schema: dict) -> dict:
+    if schema.get("type") == "function" and isinstance(schema.get("function"), dict):
+        return _parameters(schema["function"])
+    if "name" in schema and "input_schema" in schema:
+        return _checked_dict(schema["input_schema"], "input_schema")
+    if "name" in schema and "parameters" in schema and "properties" not in schema:
+        return _parameters(schema)
+    return schema
+
+
+def _parameters(function: dict) -> dict:
+    parameters = function.get("parameters")
+    if parameters is None:
+        return {"type": "object", "properties": {}, "additionalProperties": False}
+    return _checked_dict(parameters, "parameters")
+
+
+def _checked_dict(value: Any, where: str) -> dict:
+    if isinstance(value, bool):
+        return {} if value else {"not": {}}
+    if not isinstance(value, dict):
+        raise SchemaInputError(f"the tool's {where} must be a JSON Schema object, got {type(value).__name__}")
+    return value
+
+
+def _is_langchain_tool(obj: Any) -> bool:
+    return any(
+        cls.__name__ == "BaseTool" and cls.__module__.startswith("langchain_core")
+        for cls in type(obj).__mro__
+    )
+
+
+def _schema_of_langchain_tool(tool: Any) -> dict:
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    return copy.deepcopy(convert_to_openai_tool(tool)["function"].get("parameters", {"type": "object"}))
+
+
+def _pydantic_v1_model(obj: Any) -> bool:
+    try:
+        from pydantic import v1
+    except ImportError:
+        return False
+    return isinstance(obj, type) and issubclass(obj, v1.BaseModel)
+
+
+def _schema_of_type(obj: Any) -> dict:
+    import pydantic
+
+    if isinstance(obj, type) and issubclass(obj, pydantic.BaseModel):
+        return obj.model_json_schema()
+    if _pydantic_v1_model(obj):
+        return obj.schema()
+    obj = _portable_typeddict(obj)
+    try:
+        return pydantic.TypeAdapter(obj).json_schema()
+    except pydantic.PydanticSchemaGenerationError as error:
+        raise SchemaInputError(f"cannot derive a JSON Schema from {obj!r}: {error}") from error
+    except pydantic.PydanticUserError as error:
+        raise SchemaInputError(f"cannot derive a JSON Schema from {obj!r}: {error}") from error
+
+
+def _portable_typeddict(obj: Any) -> Any:
+    """``typing.TypedDict`` before Python 3.12 lacks what Pydantic needs: rebuild it with typing_extensions."""
+    import sys
+    import typing
+
+    import typing_extensions
+
+    if sys.version_info >= (3, 12) or not typing.is_typeddict(obj) or type(obj) is type(typing_extensions.TypedDict("_Probe", {})):
+        return obj
+    hints = get_type_hints(obj, include_extras=True)
+    optional = getattr(obj, "__optional_keys__", frozenset())
+    fields = {name: typing_extensions.NotRequired[hint] if name in optional else hint for name, hint in hints.items()}
+    rebuilt = typing_extensions.TypedDict(obj.__name__, fields)
+    rebuilt.__doc__ = obj.__doc__
+    return rebuilt
+
+
+_GOOGLE_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Params)\s*:\s*$")
+_GOOGLE_PARAM = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+_OTHER_SECTION = re.compile(r"^\s*(Returns?|Raises|Yields|Examples?|Notes?|See Also)\s*:?\s*$")
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The summary of a docstring and the description of each parameter (Google or Sphinx style)."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    summary_lines: list[str] = []
+    params: dict[str, str] = {}
+    in_args = False
+    current: str | None = None
+    args_indent = 0
+    for line in lines:
+        sphinx = _SPHINX_PARAM.match(line)
+        if sphinx:
+            current = sphinx.group(1)
+            params[current] = sphinx.group(2).strip()
+            in_args = False
+            continue
+        if _GOOGLE_SECTION.match(line):
+            in_args, current = True, None
+            args_indent = len(line) - len(line.lstrip())
+            continue
+        if _OTHER_SECTION.match(line):
+            in_args, current = False, None
+            continue
+        if in_args:
+            indent = len(line) - len(line.lstrip())
+            google = _GOOGLE_PARAM.match(line)
+            if google and indent > args_indent and (current is None or indent <= param_indent):
+                current = google.group(1).lstrip("*")
+                param_indent = indent
+                params[current] = google.group(2).strip()
+            elif current is not None and line.strip():
+                params[current] = f"{params[current]} {line.strip()}".strip()
+            continue
+        if current is not None and line.strip() and line[:1].isspace():
+            params[current] = f"{params[current]} {line.strip()}".strip()
+            continue
+        current = None
+        if not params:
+            summary_lines.append(line)
+    summary = " ".join(part.strip() for part in "\n".join(summary_lines).strip().split("\n\n")[0].splitlines())
+    return summary, params
+
+
+def _schema_of_function(function: Any) -> dict:
+    import pydantic
+
+    signature = inspect.signature(function)
+    try:
+        hints = get_type_hints(function, include_extras=True)
+    except Exception:
+        hints = {}
+    summary, descriptions = parse_docstring(inspect.getdoc(function))
+    fields: dict[str, Any] = {}
+    for name, parameter in signature.parameters.items():
+        if name in ("self", "cls") and parameter.annotation is inspect.Parameter.empty:
+            continue
+        if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise SchemaInputError(
+                f"function {function.__name__!r}: *{name} / **{name} parameters cannot be described by a schema"
+            )
+        annotation = hints.get(name, Any)
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        fields[name] = (annotation, pydantic.Field(default, description=descriptions.get(name)))
+    model = pydantic.create_model(function.__name__, **fields)
+    schema = model.model_json_schema()
+    if summary:
+        schema["description"] = summary
+    else:
+        schema.pop("description", None)
+    return schema

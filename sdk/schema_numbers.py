@@ -1,0 +1,188 @@
+"""JSON numbers under bounds and ``multipleOf`` as regular languages, built digit by digit.
+
+A bound is exact for any decimal value: a number's text is compared with the bound by its
+integer part first, then by its fraction digits (``frac_*`` below). Constrained numbers are
+written without an exponent; an unconstrained ``number`` may use one.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from surecall.engine.ir import EMPTY, NOTHING, Intersect, Node, alt, chars, literal, optional, plus, repeat, seq, star
+
+DIGIT = chars([(0x30, 0x39)])
+NONZERO_DIGIT = chars([(0x31, 0x39)])
+CANONICAL_INT = alt("0", seq(NONZERO_DIGIT, star(DIGIT)))
+_EXPONENT = seq(chars([(0x45, 0x45), (0x65, 0x65)]), optional(chars([(0x2B, 0x2B), (0x2D, 0x2D)])), plus(DIGIT))
+_ZERO_FRACTION = optional(seq(".", plus("0")))
+_ANY_FRACTION = optional(seq(".", plus(DIGIT)))
+
+MAX_MULTIPLE_DIGITS = 4
+
+
+class NumberConstraintError(ValueError):
+    """A numeric constraint surecall cannot express exactly."""
+
+
+def number_syntax(*, integer: bool, exponent: bool) -> Node:
+    fraction = _ZERO_FRACTION if integer else _ANY_FRACTION
+    return seq(optional("-"), CANONICAL_INT, fraction, optional(_EXPONENT) if exponent and not integer else EMPTY)
+
+
+def to_decimal(value) -> Decimal:
+    if isinstance(value, bool):
+        raise NumberConstraintError(f"{value!r} is not a number")
+    try:
+        result = Decimal(str(value)) if not isinstance(value, Decimal) else value
+    except InvalidOperation as error:
+        raise NumberConstraintError(f"{value!r} is not a number") from error
+    if not result.is_finite():
+        raise NumberConstraintError(f"{value!r} is not a finite number")
+    return result
+
+
+def _split(magnitude: Decimal) -> tuple[str, str]:
+    text = format(abs(magnitude), "f")
+    integer, _, fraction = text.partition(".")
+    integer = integer.lstrip("0") or "0"
+    return integer, fraction.rstrip("0")
+
+
+def _digits(lo: int, hi: int) -> Node:
+    return chars([(0x30 + lo, 0x30 + hi)]) if lo <= hi else NOTHING
+
+
+def _int_greater(n: str) -> Node:
+    options = [seq(NONZERO_DIGIT, repeat(DIGIT, len(n), None))]
+    for k, char in enumerate(n):
+        digit = int(char)
+        if digit < 9:
+            options.append(seq(n[:k], _digits(digit + 1, 9), repeat(DIGIT, len(n) - k - 1, len(n) - k - 1)))
+    return alt(*options)
+
+
+def _int_less(n: str) -> Node:
+    if n == "0":
+        return NOTHING
+    options: list[Node] = [literal("0")]
+    if len(n) >= 2:
+        options.append(seq(NONZERO_DIGIT, repeat(DIGIT, 0, len(n) - 2)))
+    for k, char in enumerate(n):
+        low = 1 if k == 0 else 0
+        digit = int(char)
+        if digit > low:
+            options.append(seq(n[:k], _digits(low, digit - 1), repeat(DIGIT, len(n) - k - 1, len(n) - k - 1)))
+    return alt(*options)
+
+
+def _frac_compare(f: str, op: str, integer: bool) -> Node:
+    """The optional ``.F`` part of a number whose integer part equals the bound's, with ``0.F op 0.f``."""
+    if integer:
+        holds = {">=": not f, ">": False, "<=": True, "<": bool(f)}[op]
+        return _ZERO_FRACTION if holds else NOTHING
+    tail = star(DIGIT)
+    differ_up = [seq(".", f[:k], _digits(int(c) + 1, 9), tail) for k, c in enumerate(f) if c != "9"]
+    differ_down = [seq(".", f[:k], _digits(0, int(c) - 1), tail) for k, c in enumerate(f) if c != "0"]
+    proper_prefixes = [literal("." + f[:k]) for k in range(1, len(f))]
+    if op == ">=":
+        return _ANY_FRACTION if not f else alt(*differ_up, seq(".", f, tail))
+    if op == ">":
+        return alt(*differ_up, seq(".", f, star("0"), NONZERO_DIGIT, tail))
+    if op == "<=":
+        equal = seq(".", f, star("0")) if f else seq(".", plus("0"))
+        return alt(EMPTY, *differ_down, *proper_prefixes, equal)
+    return alt(EMPTY, *differ_down, *proper_prefixes) if f else NOTHING
+
+
+def _magnitude_compare(bound: Decimal, op: str, integer: bool) -> Node:
+    """Unsigned number texts (no exponent) whose value ``op bound``."""
+    fraction = _ZERO_FRACTION if integer else _ANY_FRACTION
+    if bound < 0:
+        return seq(CANONICAL_INT, fraction) if op in (">", ">=") else NOTHING
+    n, f = _split(bound)
+    other = _int_greater(n) if op in (">", ">=") else _int_less(n)
+    return alt(seq(other, fraction), seq(n, _frac_compare(f, op, integer)))
+
+
+_FLIP = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}
+
+
+def value_compare(bound: Decimal, op: str, integer: bool) -> Node:
+    """Signed number texts whose value ``op bound`` (op is one of ``>= > <= <``)."""
+    return alt(
+        _magnitude_compare(bound, op, integer),
+        seq("-", _magnitude_compare(-bound, _FLIP[op], integer)),
+    )
+
+
+def _multiples_of_integer(k: int) -> Node:
+    """Unsigned integer texts divisible by ``k`` (k of the form 2^a 5^b, divides 10^n)."""
+    n = 0
+    while (10**n) % k:
+        n += 1
+        if n > MAX_MULTIPLE_DIGITS:
+            raise NumberConstraintError(f"multipleOf {k} is only supported for divisors of 10^{MAX_MULTIPLE_DIGITS}")
+    if n == 0:
+        return CANONICAL_INT
+    small = [literal(str(v)) for v in range(0, 10 ** (n - 1), k)] if n > 1 else [literal("0")]
+    suffixes = [format(v, f"0{n}d") for v in range(0, 10**n, k)]
+    exact_length = [literal(s) for s in suffixes if s[0] != "0"]
+    longer = seq(NONZERO_DIGIT, star(DIGIT), alt(*(literal(s) for s in suffixes)))
+    return alt(*small, *exact_length, longer)
+
+
+def multiple_of(step, integer: bool) -> Node:
+    """Signed number texts (no exponent) that are a multiple of ``step``."""
+    q = to_decimal(step)
+    if q <= 0:
+        raise NumberConstraintError("multipleOf must be greater than 0")
+    q = q.normalize()
+    sign, digits, exponent = q.as_tuple()
+    coefficient = int("".join(map(str, digits)))
+    if exponent >= 0:
+        magnitude = seq(_multiples_of_integer(coefficient * 10**exponent), _ZERO_FRACTION)
+    elif coefficient == 1 and not integer:
+        places = -exponent
+        magnitude = seq(CANONICAL_INT, optional(seq(".", repeat(DIGIT, 1, places), star("0"))))
+    elif coefficient == 1:
+        magnitude = seq(CANONICAL_INT, _ZERO_FRACTION)
+    else:
+        raise NumberConstraintError(f"multipleOf {step} is not supported (only 10^-n and divisors of 10^n)")
+    return seq(optional("-"), magnitude)
+
+
+NON_INTEGER = seq(optional("-"), CANONICAL_INT, ".", star(DIGIT), NONZERO_DIGIT, star(DIGIT))
+
+
+def number_language(
+    *,
+    integer: bool,
+    lower: tuple[Decimal, bool] | None = None,
+    upper: tuple[Decimal, bool] | None = None,
+    multiple: object | None = None,
+    non_integer: bool = False,
+    excluded: tuple[Decimal, ...] = (),
+) -> Node:
+    """The texts of numbers meeting every given constraint.
+
+    ``lower``/``upper`` are ``(bound, exclusive)``; ``excluded`` are values the number must not equal.
+    """
+    parts: list[Node] = []
+    if lower is not None:
+        parts.append(value_compare(lower[0], ">" if lower[1] else ">=", integer))
+    if upper is not None:
+        parts.append(value_compare(upper[0], "<" if upper[1] else "<=", integer))
+    if multiple is not None:
+        parts.append(multiple_of(multiple, integer))
+    if non_integer:
+        if integer:
+            return NOTHING
+        parts.append(NON_INTEGER)
+    for value in excluded:
+        parts.append(alt(value_compare(value, "<", integer), value_compare(value, ">", integer)))
+    if not parts:
+        return number_syntax(integer=integer, exponent=True)
+    if integer and multiple is None and lower is None and upper is None:
+        parts.append(number_syntax(integer=True, exponent=False))
+    return parts[0] if len(parts) == 1 else Intersect(tuple(parts))

@@ -1,0 +1,204 @@
+"""JSON string encodings as grammar IR.
+
+The grammar works on JSON text, the schema constrains the decoded string. A decoded
+character has several spellings in JSON (``/`` or ``\\/``, a control character as a short
+escape or ``\\u00XX``); a set of decoded characters is mapped to the set of its spellings
+so that a regular language over decoded strings becomes one over JSON string bodies.
+
+Where the schema constrains the content (pattern, format, excluded values), characters
+other than ``"``, ``\\``, ``/`` and control characters are spelled raw: any accepted text
+then decodes to a string that satisfies the constraint, which is what soundness needs.
+Unconstrained strings and plain length limits accept every spelling, ``\\uXXXX`` included
+(a surrogate pair counts as one character, a lone surrogate is never produced).
+"""
+
+from __future__ import annotations
+
+from surecall.engine.ir import (
+    EMPTY,
+    NOTHING,
+    Alt,
+    Bytes,
+    ByteSet,
+    CharSet,
+    Intersect,
+    Node,
+    Repeat,
+    Seq,
+    alt,
+    chars,
+    literal,
+    repeat,
+    seq,
+    star,
+)
+
+MAX_CODE_POINT = 0x10FFFF
+_SURROGATES = (0xD800, 0xDFFF)
+_SHORT_ESCAPES = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r"}
+
+
+class EncodingError(ValueError):
+    """A regular expression node that has no exact JSON string encoding."""
+
+
+def _hex_digit(value: int) -> Node:
+    char = "0123456789abcdef"[value]
+    return chars([(ord(char), ord(char)), (ord(char.upper()), ord(char.upper()))]) if value >= 10 else literal(char)
+
+
+_HEX = chars([(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)])
+_ANY_CODE_POINT = chars([(0, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, MAX_CODE_POINT)])
+
+
+def _escape_u_non_surrogate() -> Node:
+    # Four hex digits except D800-DFFF.
+    not_d = chars([(0x30, 0x39), (0x41, 0x43), (0x61, 0x63), (0x45, 0x46), (0x65, 0x66)])
+    d = chars([(0x44, 0x44), (0x64, 0x64)])
+    return seq("\\u", alt(seq(not_d, _HEX, _HEX, _HEX), seq(d, chars([(0x30, 0x37)]), _HEX, _HEX)))
+
+
+def _escape_surrogate_pair() -> Node:
+    d = chars([(0x44, 0x44), (0x64, 0x64)])
+    high = chars([(0x38, 0x39), (0x41, 0x42), (0x61, 0x62)])
+    low = chars([(0x43, 0x46), (0x63, 0x66)])
+    return seq("\\u", d, high, _HEX, _HEX, "\\u", d, low, _HEX, _HEX)
+
+
+# One decoded character in any spelling.
+ANY_STRING_CHAR = alt(
+    chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, MAX_CODE_POINT)]),
+    seq("\\", chars([(ord(c), ord(c)) for c in '"\\/bfnrt'])),
+    _escape_u_non_surrogate(),
+    _escape_surrogate_pair(),
+)
+
+ANY_STRING_BODY = star(ANY_STRING_CHAR)
+
+# One character in the spellings json.dumps uses (raw, short escapes, \u00XX for control
+# characters): the unit of length-limited strings, kept small because a limit of n copies it n times.
+COUNTED_STRING_CHAR = alt(
+    chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, MAX_CODE_POINT)]),
+    seq("\\", alt(chars([(ord(c), ord(c)) for c in '"\\/bfnrt']), seq("u00", chars([(0x30, 0x31)]), _HEX))),
+)
+
+
+def _control_escape(code: int) -> Node:
+    spellings = [seq("\\u00", _hex_digit(code >> 4), _hex_digit(code & 15))]
+    if code in _SHORT_ESCAPES:
+        spellings.append(literal("\\" + _SHORT_ESCAPES[code]))
+    return alt(*spellings)
+
+
+def _effective_ranges(charset: CharSet) -> list[tuple[int, int]]:
+    ranges = sorted(charset.ranges)
+    if not charset.negated:
+        result = ranges
+    else:
+        result = []
+        next_start = 0
+        for lo, hi in ranges:
+            if lo > next_start:
+                result.append((next_start, lo - 1))
+            next_start = max(next_start, hi + 1)
+        if next_start <= MAX_CODE_POINT:
+            result.append((next_start, MAX_CODE_POINT))
+    return _subtract(result, _SURROGATES)
+
+
+def _subtract(ranges: list[tuple[int, int]], removed: tuple[int, int]) -> list[tuple[int, int]]:
+    out = []
+    for lo, hi in ranges:
+        if hi < removed[0] or lo > removed[1]:
+            out.append((lo, hi))
+            continue
+        if lo < removed[0]:
+            out.append((lo, removed[0] - 1))
+        if hi > removed[1]:
+            out.append((removed[1] + 1, hi))
+    return out
+
+
+def _contains(ranges: list[tuple[int, int]], code: int) -> bool:
+    return any(lo <= code <= hi for lo, hi in ranges)
+
+
+def encode_char_ranges(ranges: list[tuple[int, int]]) -> Node:
+    """The JSON spellings of any one character in ``ranges`` (code point ranges, inclusive)."""
+    raw = _subtract(_subtract(ranges, (0, 0x1F)), (0x22, 0x22))
+    raw = _subtract(raw, (0x5C, 0x5C))
+    options: list[Node] = []
+    if raw:
+        options.append(chars(raw))
+    if _contains(ranges, 0x22):
+        options.append(literal('\\"'))
+    if _contains(ranges, 0x5C):
+        options.append(literal("\\\\"))
+    if _contains(ranges, 0x2F):
+        options.append(literal("\\/"))
+    controls = [code for code in range(0x20) if _contains(ranges, code)]
+    if len(controls) == 0x20:
+        options.append(seq("\\u00", chars([(0x30, 0x31)]), _HEX))
+        options.extend(literal("\\" + letter) for letter in _SHORT_ESCAPES.values())
+    else:
+        options.extend(_control_escape(code) for code in controls)
+    return alt(*options) if options else NOTHING
+
+
+def encode_text(text: str) -> Node:
+    """The JSON spellings of the decoded string ``text`` (without the quotes)."""
+    return seq(*(encode_char_ranges([(ord(char), ord(char))]) for char in text)) if text else EMPTY
+
+
+def encode_regular(node: Node) -> Node:
+    """Map a regular language over decoded characters to one over JSON string bodies."""
+    if isinstance(node, Bytes):
+        try:
+            return encode_text(node.value.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise EncodingError("a byte literal that is not UTF-8 text") from error
+    if isinstance(node, CharSet):
+        return encode_char_ranges(_effective_ranges(node))
+    if isinstance(node, ByteSet):
+        if any(hi > 0x7F for _, hi in node.ranges):
+            raise EncodingError("a byte class reaching beyond ASCII")
+        return encode_char_ranges(list(node.ranges))
+    if isinstance(node, Seq):
+        return seq(*(encode_regular(item) for item in node.items))
+    if isinstance(node, Alt):
+        return alt(*(encode_regular(item) for item in node.items)) if node.items else NOTHING
+    if isinstance(node, Repeat):
+        return repeat(encode_regular(node.item), node.min, node.max)
+    if isinstance(node, Intersect):
+        return Intersect(tuple(encode_regular(item) for item in node.items))
+    raise EncodingError(f"a {type(node).__name__} node inside a string constraint")
+
+
+ANY_DECODED_CHAR = _ANY_CODE_POINT
+
+
+def strings_other_than(values: list[str]) -> Node:
+    """JSON string bodies whose decoded value is none of ``values`` (built on a trie)."""
+    trie: dict = {}
+    for value in values:
+        node = trie
+        for char in value:
+            node = node.setdefault(char, {})
+        node[None] = True
+    any_rest = star(encode_char_ranges([(0, MAX_CODE_POINT)]))
+
+    def build(node: dict) -> Node:
+        children = sorted(key for key in node if key is not None)
+        options: list[Node] = []
+        if None not in node:
+            options.append(EMPTY)
+        others = [(0, MAX_CODE_POINT)]
+        for char in children:
+            others = _subtract(others, (ord(char), ord(char)))
+            options.append(seq(encode_char_ranges([(ord(char), ord(char))]), build(node[char])))
+        others = _subtract(others, _SURROGATES)
+        if others:
+            options.append(seq(encode_char_ranges(others), any_rest))
+        return alt(*options) if options else NOTHING
+
+    return build(trie)

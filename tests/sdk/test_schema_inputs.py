@@ -1,0 +1,193 @@
+"""Every kind of schema input goes through JSON Schema to the same grammar."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Optional, TypedDict
+
+import pydantic
+import pytest
+
+from surecall.schema import SchemaInputError, grammar_from_schema, parse_docstring, to_json_schema
+
+
+class Point(pydantic.BaseModel):
+    x: int
+    y: int = 0
+    label: Literal["a", "b"] = "a"
+
+
+class Tree(pydantic.BaseModel):
+    value: int
+    children: list["Tree"] = []
+
+
+class Movie(TypedDict):
+    title: str
+    year: int
+
+
+@dataclasses.dataclass
+class Box:
+    width: float
+    tags: list[str]
+
+
+def get_weather(city: str, unit: Literal["C", "F"] = "C", days: Optional[int] = None) -> str:
+    """Look up the weather.
+
+    Args:
+        city: Name of the city,
+            e.g. Paris.
+        unit: Temperature unit.
+        days: How many days ahead.
+    """
+    return city
+
+
+def book(room: int, *, guests: int) -> None:
+    """Book a room.
+
+    :param room: room number
+    :param guests: number of guests
+    """
+
+
+OPENAI_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Look up the weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def test_pydantic_v2_model():
+    grammar = grammar_from_schema(Point)
+    assert grammar.accepts('{"x":1,"y":2,"label":"b"}')
+    assert grammar.accepts('{"x":1}')
+    assert not grammar.accepts('{"y":2}')
+    assert not grammar.accepts('{"x":1,"label":"c"}')
+
+
+def test_recursive_pydantic_model():
+    grammar = grammar_from_schema(Tree)
+    assert grammar.accepts('{"value":1,"children":[{"value":2,"children":[{"value":3}]}]}')
+    assert not grammar.accepts('{"value":1,"children":[{"children":[]}]}')
+
+
+def test_pydantic_v1_model():
+    from pydantic import v1
+
+    class Legacy(v1.BaseModel):
+        name: str
+        count: int
+
+    schema = to_json_schema(Legacy)
+    assert schema["required"] == ["name", "count"]
+    grammar = grammar_from_schema(Legacy)
+    assert grammar.accepts('{"name":"a","count":3}')
+    assert not grammar.accepts('{"name":"a","count":"3"}')
+
+
+def test_typeddict_and_dataclass():
+    assert grammar_from_schema(Movie).accepts('{"title":"Up","year":2009}')
+    assert not grammar_from_schema(Movie).accepts('{"title":"Up"}')
+    assert grammar_from_schema(Box).accepts('{"width":1.5,"tags":["a"]}')
+    assert not grammar_from_schema(Box).accepts('{"width":"wide","tags":[]}')
+
+
+def test_function_signature_and_google_docstring():
+    schema = to_json_schema(get_weather)
+    assert schema["description"] == "Look up the weather."
+    assert schema["properties"]["city"]["description"] == "Name of the city, e.g. Paris."
+    assert schema["properties"]["unit"]["description"] == "Temperature unit."
+    assert schema["required"] == ["city"]
+    grammar = grammar_from_schema(get_weather)
+    assert grammar.accepts('{"city":"Paris","unit":"F"}')
+    assert not grammar.accepts('{"city":"Paris","unit":"K"}')
+
+
+def test_function_with_sphinx_docstring():
+    schema = to_json_schema(book)
+    assert schema["properties"]["room"]["description"] == "room number"
+    assert schema["properties"]["guests"]["description"] == "number of guests"
+    assert grammar_from_schema(book).accepts('{"room":1,"guests":2}')
+
+
+def test_variadic_function_is_rejected_clearly():
+    def variadic(*args):
+        return args
+
+    with pytest.raises(SchemaInputError, match=r"\*args"):
+        to_json_schema(variadic)
+
+
+def test_docstring_parser_keeps_summary_only():
+    summary, params = parse_docstring("Do it.\n\nMore text.\n\nArgs:\n    a: first\n\nReturns:\n    nothing")
+    assert summary == "Do it."
+    assert params == {"a": "first"}
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        OPENAI_TOOL,
+        OPENAI_TOOL["function"],
+        {"name": "get_weather", "description": "d", "input_schema": OPENAI_TOOL["function"]["parameters"]},
+    ],
+    ids=["openai", "openai-bare-function", "anthropic"],
+)
+def test_tool_dicts(tool):
+    assert to_json_schema(tool) == OPENAI_TOOL["function"]["parameters"]
+    grammar = grammar_from_schema(tool)
+    assert grammar.accepts('{"city":"Oslo"}')
+    assert not grammar.accepts("{}")
+
+
+def test_json_schema_dicts_both_drafts():
+    draft7 = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "definitions": {"id": {"type": "integer", "minimum": 1}},
+        "type": "object",
+        "properties": {"id": {"$ref": "#/definitions/id"}},
+        "required": ["id"],
+    }
+    draft2020 = {"$defs": {"id": {"type": "integer", "minimum": 1}}, "type": "object", "properties": {"id": {"$ref": "#/$defs/id"}}, "required": ["id"]}
+    for schema in (draft7, draft2020):
+        grammar = grammar_from_schema(schema)
+        assert grammar.accepts('{"id":3}')
+        assert not grammar.accepts('{"id":0}')
+
+
+def test_schema_dict_is_not_modified():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    snapshot = repr(schema)
+    grammar_from_schema(schema)
+    assert repr(schema) == snapshot
+
+
+def test_langchain_tool():
+    from langchain_core.tools import tool
+
+    @tool
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers.
+
+        Args:
+            a: first factor
+            b: second factor
+        """
+        return a * b
+
+    schema = to_json_schema(multiply)
+    assert set(schema["properties"]) == {"a", "b"}
+    grammar = grammar_from_schema(multiply)
+    assert grammar.accepts('{"a":2,"b":3}')
+    assert not grammar.accepts('{"a":2}')
+
+
+def test_unknown_object_is_rejected_clearly():
+    with pytest.raises(SchemaInputError):
+        to_json_schema(object())

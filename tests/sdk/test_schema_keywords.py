@@ -1,0 +1,330 @@
+"""Per-keyword behaviour of the schema translator, relaxations, whitespace and property order."""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from surecall.engine import Grammar, GrammarError
+from surecall.formats import FORMAT_PATTERNS
+from surecall.schema import (
+    MAX_WHITESPACE,
+    UnsatisfiableSchemaError,
+    UnsupportedSchemaError,
+    grammar_from_schema,
+)
+from surecall.schema_numbers import number_language
+from surecall.validation import validator_for_schema
+
+
+def dumps(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# (schema, accepted values, rejected values); every value is checked against jsonschema too,
+# so the table itself cannot drift from the specification.
+CASES = {
+    "type array": ({"type": ["string", "null"]}, ["a", None], [1, True, [], {}]),
+    "integer": ({"type": "integer"}, [0, -7, 12345678901234567890, 3.0], [1.5, "1", True]),
+    "number": ({"type": "number"}, [0, -1.25, 1e-7, 3e20], ["1", None]),
+    "enum": ({"enum": ["a", 1, None, [1, 2], {"k": True}]}, ["a", 1, 1.0, None, [1, 2], {"k": True}], ["b", 2, [2, 1], True]),
+    "const": ({"const": {"a": [1, "x"]}}, [{"a": [1, "x"]}], [{"a": [1]}, {"a": [1, "x"], "b": 1}]),
+    "properties and required": (
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"]},
+        [{"a": 1}, {"a": 1, "b": "x"}, {"a": 1, "c": [1]}],
+        [{}, {"b": "x"}, {"a": "1"}, {"a": 1, "b": 2}],
+    ),
+    "additionalProperties false": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+        [{}, {"a": 1}],
+        [{"b": 1}, {"a": 1, "b": 1}],
+    ),
+    "additionalProperties schema": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}},
+        [{"a": 1, "z": True}, {"q": False}],
+        [{"z": 1}, {"a": True}],
+    ),
+    "patternProperties": (
+        {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+        [{}, {"x-a": 1, "x-b": 2}],
+        [{"y": 1}, {"x-a": "s"}],
+    ),
+    "patternProperties next to other properties": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "patternProperties": {"^x-": {"type": "string"}}},
+        [{}, {"a": 1, "x-b": "s", "other": [1]}, {"y": None}],
+        [{"x-b": 1}, {"a": "s"}],
+    ),
+    "patternProperties with different schemas": (
+        {"type": "object", "patternProperties": {"a": {"type": "integer"}, "b": {"minimum": 3}}, "additionalProperties": {"type": "string"}},
+        [{"a": 1, "ab": 3, "b": "x", "c": "y"}],
+        [{"ab": 1}, {"c": 1}, {"a": "x"}],
+    ),
+    "oneOf of closed objects": (
+        {"oneOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+            {"type": "object", "properties": {"b": {"type": "integer"}}, "additionalProperties": False},
+        ]},
+        [{"a": 1}, {"b": 2}],
+        [{}, {"a": 1, "b": 2}, {"c": 1}],
+    ),
+    "uniqueItems over known values": (
+        {"type": "array", "items": {"enum": ["a", "b", 1]}, "uniqueItems": True},
+        [[], ["a"], ["b", "a", 1]],
+        [["a", "a"], [1, 1.0], ["c"]],
+    ),
+    "propertyNames": (
+        {"type": "object", "propertyNames": {"maxLength": 2}},
+        [{}, {"ab": 1}],
+        [{"abc": 1}],
+    ),
+    "min/maxProperties": (
+        {"type": "object", "minProperties": 1, "maxProperties": 2},
+        [{"a": 1}, {"a": 1, "b": 2}],
+        [{}, {"a": 1, "b": 2, "c": 3}],
+    ),
+    "dependentRequired": (
+        {"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+        [{}, {"b": 1}, {"a": 1, "b": 2}],
+        [{"a": 1}],
+    ),
+    "items and min/maxItems": (
+        {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+        [[1], [1, 2, 3]],
+        [[], [1, 2, 3, 4], ["a"]],
+    ),
+    "prefixItems and items false": (
+        {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+        [[], ["a"], ["a", 1]],
+        [[1], ["a", 1, 2]],
+    ),
+    "contains": (
+        {"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 10}},
+        [[10], [1, 2, 11], [12, 1]],
+        [[], [1, 2], ["a", 10]],
+    ),
+    "minLength/maxLength in code points": (
+        {"type": "string", "minLength": 2, "maxLength": 3},
+        ["ab", "ééé", "a\n", "😀😀"],
+        ["a", "abcd", "😀"],
+    ),
+    "pattern is unanchored": ({"type": "string", "pattern": "b+c"}, ["abbc", "bc", "xbcx"], ["ac", ""]),
+    "pattern anchored": ({"type": "string", "pattern": "^[a-z]+$"}, ["abc"], ["", "ab1", "1ab"]),
+    "pattern with quote and backslash": ({"type": "string", "pattern": '^a"\\\\$'}, ['a"\\'], ["a", 'a"']),
+    "pattern with length (intersection)": (
+        {"type": "string", "pattern": "^a", "maxLength": 3},
+        ["a", "abc"],
+        ["abcd", "ba"],
+    ),
+    "minimum/maximum integers": ({"type": "integer", "minimum": -5, "maximum": 12}, [-5, 0, 12], [-6, 13, 100]),
+    "exclusive bounds decimals": (
+        {"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 2.25},
+        [0.51, 1, 2.2, 2.249],
+        [0.5, 0.4, 2.25, 3, -1],
+    ),
+    "multipleOf integer": ({"type": "integer", "multipleOf": 5}, [0, 5, -10, 1005], [1, 12, -3]),
+    "multipleOf decimal": ({"type": "number", "multipleOf": 0.01}, [1, 1.5, 2.25, -0.07], [1.001, 0.125]),
+    "allOf merges": (
+        {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"a": {"minimum": 3}}}]},
+        [{"a": 3}, {"a": 7, "b": 1}],
+        [{"a": 2}, {}],
+    ),
+    "anyOf": ({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer"}]}, ["a", 3], ["ab", 1.5]),
+    "oneOf exclusive": (
+        {"oneOf": [{"type": "integer"}, {"minimum": 2}]},
+        [1, 2.5, -3],
+        [2, 3],
+    ),
+    "not": ({"not": {"type": "string"}}, [1, None, [], {}], ["a"]),
+    "not enum": ({"type": ["string", "integer"], "not": {"enum": ["a", 1]}}, ["b", 2, "aa"], ["a", 1]),
+    "if/then/else": (
+        {"if": {"type": "integer"}, "then": {"minimum": 0}, "else": {"type": "string"}},
+        [0, 5, "x"],
+        [-1, None],
+    ),
+    "recursive $ref": (
+        {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/node"}}, "required": ["v"], "additionalProperties": False}}, "$ref": "#/$defs/node"},
+        [{"v": 1}, {"v": 1, "next": {"v": 2, "next": {"v": 3}}}],
+        [{"v": 1, "next": {}}, {"next": {"v": 1}}],
+    ),
+    "draft-07 definitions": (
+        {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"n": {"type": "integer"}}, "items": {"$ref": "#/definitions/n"}, "type": "array"},
+        [[1, 2]],
+        [["a"]],
+    ),
+    "format date-time": ({"type": "string", "format": "date-time"}, ["2024-02-29T12:00:00Z", "1999-12-31T23:59:59.5+01:00"], ["2023-02-29T12:00:00Z", "2024-01-01", "x"]),
+    "format uuid": ({"type": "string", "format": "uuid"}, ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567e89b12d3a456426614174000"]),
+    "format ipv4": ({"format": "ipv4"}, ["192.168.0.1", 5], ["256.1.1.1", "01.2.3.4"]),
+    "any value": ({}, [None, 1, "x", [1, {"a": []}], {"k": {"l": [None]}}], []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_keyword(name):
+    schema, accepted, rejected = CASES[name]
+    grammar = grammar_from_schema(schema, property_order="any")
+    validator = validator_for_schema(schema)
+    for value in accepted:
+        assert validator.is_valid(value), f"table error: {value!r} should be valid"
+        assert grammar.accepts(dumps(value)), f"{name}: rejected valid {dumps(value)}"
+    for value in rejected:
+        assert not validator.is_valid(value), f"table error: {value!r} should be invalid"
+        assert not grammar.accepts(dumps(value)), f"{name}: accepted invalid {dumps(value)}"
+
+
+def test_draft4_integers_have_no_fraction():
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}
+    assert grammar_from_schema(schema).accepts("12")
+    assert not grammar_from_schema(schema).accepts("12.0")
+    assert grammar_from_schema({"type": "integer"}).accepts("12.0")
+
+
+def test_escape_counts_as_one_character():
+    grammar = grammar_from_schema({"type": "string", "maxLength": 2})
+    assert grammar.accepts('"\\n\\""')
+    assert grammar.accepts('"\\u001f"')
+    assert not grammar.accepts('"\\n\\"a"')
+
+
+def test_pattern_matches_decoded_string():
+    grammar = grammar_from_schema({"type": "string", "pattern": "^\\n$"})
+    assert grammar.accepts('"\\n"')
+    assert not grammar.accepts('"n"')
+
+
+def test_schema_order_is_the_default_and_any_order_is_available():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    assert grammar_from_schema(schema).accepts('{"a":1,"b":2}')
+    assert not grammar_from_schema(schema).accepts('{"b":2,"a":1}')
+    assert grammar_from_schema(schema, property_order="any").accepts('{"b":2,"a":1}')
+
+
+def test_flexible_whitespace_is_bounded():
+    grammar = grammar_from_schema({"type": "object", "properties": {"a": {"type": "array"}}}, whitespace="flexible")
+    assert grammar.accepts('{ "a" : [ 1 , 2 ] }')
+    assert grammar.accepts('{\n  "a": []\n}')
+    assert not grammar.accepts("{" + " " * (2 * MAX_WHITESPACE + 1) + "}")  # at most two runs touch
+    assert not grammar_from_schema({"type": "object"}).accepts("{ }")
+
+
+def test_unsupported_keyword_names_keyword_and_pointer():
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        grammar_from_schema(schema)
+    assert info.value.keyword == "uniqueItems"
+    assert info.value.pointer == "#/properties/tags"
+
+
+def test_lenient_lists_exactly_what_was_relaxed(caplog):
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}, "w": {"type": "string", "pattern": "(?=a)a"}}}
+    grammar = grammar_from_schema(schema, lenient=True)
+    assert sorted(r.keyword for r in grammar.relaxations) == ["pattern", "uniqueItems"]
+    assert {r.pointer for r in grammar.relaxations} == {"#/properties/tags", "#/properties/w/pattern"}
+    assert "relaxed schema constraint" in caplog.text
+    assert grammar.accepts('{"tags":[1,1]}')
+    strict_parts = grammar_from_schema({"type": "array", "maxItems": 1, "uniqueItems": True})
+    assert strict_parts.relaxations == ()
+
+
+def test_false_schema_is_unsatisfiable():
+    with pytest.raises(UnsatisfiableSchemaError):
+        grammar_from_schema(False)
+    with pytest.raises(UnsatisfiableSchemaError):
+        grammar_from_schema({"type": "integer", "minimum": 3, "maximum": 2})
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="whitespace"):
+        grammar_from_schema({}, whitespace="pretty")
+    with pytest.raises(UnsupportedSchemaError, match="resolve"):
+        grammar_from_schema({"$ref": "#/$defs/missing"})
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_PATTERNS))
+def test_format_expressions_compile(name):
+    grammar = grammar_from_schema({"type": "string", "format": name})
+    assert not grammar.accepts('""') or name == "uri-reference"
+
+
+# -- property tests -----------------------------------------------------------------------
+
+decimals = st.decimals(min_value=-1000, max_value=1000, places=3, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(low=decimals, high=decimals, exclusive=st.booleans(), integer=st.booleans(), probes=st.lists(decimals, min_size=1, max_size=8))
+def test_number_bounds_are_exact(low, high, exclusive, integer, probes):
+    grammar = Grammar({"start": number_language(integer=integer, lower=(low, exclusive), upper=(high, False))})
+    try:
+        accepts = grammar.accepts
+        accepts("0")
+    except GrammarError:  # an empty range: then no probe may be inside it
+        accepts = lambda text: False  # noqa: E731
+    for probe in probes + [low, high]:
+        for text in {format(probe, "f"), format(probe.normalize(), "f")}:
+            value = Decimal(text)
+            expected = (value > low if exclusive else value >= low) and value <= high
+            if integer:
+                expected = expected and value == value.to_integral_value()
+            assert accepts(text) == expected, (text, low, high, exclusive, integer)
+
+
+def _values_for(schema: dict):
+    """A hypothesis strategy for values valid under the simple schemas below."""
+    kind = schema.get("type")
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if kind == "integer":
+        return st.integers(schema.get("minimum", -10**6), schema.get("maximum", 10**6))
+    if kind == "number":
+        # Bounded numbers are written in plain decimal notation (documented restriction).
+        return st.floats(schema.get("minimum", -1e6), schema.get("maximum", 1e6), allow_nan=False).filter(
+            lambda x: "e" not in repr(x)
+        )
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "string":
+        if "pattern" in schema:
+            return st.from_regex(re.compile(schema["pattern"]), fullmatch=True)
+        return st.text(min_size=schema.get("minLength", 0), max_size=schema.get("maxLength", 20))
+    if kind == "array":
+        return st.lists(_values_for(schema["items"]), min_size=schema.get("minItems", 0), max_size=schema.get("maxItems", 5))
+    if kind == "object":
+        required = set(schema.get("required", ()))
+        props = schema["properties"]
+        return st.fixed_dictionaries(
+            {k: _values_for(v) for k, v in props.items() if k in required},
+            optional={k: _values_for(v) for k, v in props.items() if k not in required},
+        ).map(lambda d: {k: d[k] for k in props if k in d})
+    raise AssertionError(schema)
+
+
+SIMPLE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer", "minimum": -3, "maximum": 250},
+        "name": {"type": "string", "minLength": 1, "maxLength": 12},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{1,3}$"},
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "flags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 4},
+        "kind": {"enum": ["a", "b", 3, None]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "minItems": 1, "maxItems": 3},
+    },
+    "required": ["id", "code", "kind"],
+    "additionalProperties": False,
+}
+_SIMPLE_GRAMMAR = {}
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=_values_for(SIMPLE_SCHEMA))
+def test_generated_instances_are_accepted(value):
+    for order in ("schema", "any"):
+        if order not in _SIMPLE_GRAMMAR:
+            _SIMPLE_GRAMMAR[order] = grammar_from_schema(SIMPLE_SCHEMA, property_order=order)
+        assert validator_for_schema(SIMPLE_SCHEMA).is_valid(value)
+        assert _SIMPLE_GRAMMAR[order].accepts(dumps(value)), dumps(value)
