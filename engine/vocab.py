@@ -72,8 +72,9 @@ _BYTE_LEVEL_TRANSLATION = {ord(char): value for value, char in bytes_to_unicode(
 
 
 def default_cache_dir() -> Path:
+    """Root of surecall's on-disk caches: ``$SURECALL_CACHE``, else ``~/.cache/surecall``."""
     root = os.environ.get("SURECALL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "surecall"
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "surecall"
 
 
 class TokenVocabulary:

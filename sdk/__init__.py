@@ -28,6 +28,11 @@ _EXPORTS = {
     "generate": "surecall.generation",
     "stream": "surecall.generation",
     "generate_batch": "surecall.generation",
+    "generate_result": "surecall.generation",
+    "generate_batch_results": "surecall.generation",
+    "GenerationResult": "surecall.generation",
+    "ToolSpec": "surecall.tools",
+    "tool_spec": "surecall.tools",
     "sample_aligned": "surecall.sampling",
     # models
     "load_model": "surecall.adapters.transformers.loading",
