@@ -7,7 +7,6 @@ that importing surecall does not import torch.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
@@ -194,13 +193,9 @@ def render_prompt(tokenizer: Any, prompt: Any) -> list[int]:
     return list(tokenizer.encode(rendered, add_special_tokens=False))
 
 
-_model_cache: dict[Any, "LocalModel"] = {}
-_model_cache_lock = threading.Lock()
-
-
 def resolve_model(model: Any) -> "LocalModel":
     """A ``LocalModel`` as is; anything else is loaded with ``load_model`` once and kept."""
-    from surecall.adapters.transformers.loading import LocalModel, load_model
+    from surecall.adapters.transformers.loading import LocalModel, shared_model
 
     if isinstance(model, LocalModel):
         return model
@@ -208,11 +203,7 @@ def resolve_model(model: Any) -> "LocalModel":
         raise TypeError(
             f"model must be a LocalModel, a model name or path, or None for the embedded model; got {type(model).__name__}"
         )
-    key = None if model is None else str(model)
-    with _model_cache_lock:
-        if key not in _model_cache:
-            _model_cache[key] = load_model(model)
-        return _model_cache[key]
+    return shared_model(model)
 
 
 def _request(local_model, prompt, spec: OutputSpec, max_tokens, temperature, top_p, top_k, seed, stop):

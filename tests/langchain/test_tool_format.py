@@ -1,0 +1,201 @@
+"""Tool-call syntax: the grammar enforces each tool_choice mode; parsers read back what it allows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from surecall.adapters.langchain.tool_format import (
+    FORMATS,
+    HERMES,
+    JSON_LIST,
+    ArgsDelta,
+    CallStart,
+    StreamingParser,
+    TextDelta,
+    ToolChoice,
+    ToolChoiceError,
+    ToolSchemaError,
+    call_schema,
+    close_objects,
+    format_for_template,
+    normalize_tool_choice,
+    parse_response,
+    tool_call_grammar,
+)
+from surecall.tools import ToolSpec
+
+ADD = ToolSpec(
+    "add",
+    "Add two integers.",
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
+)
+WEATHER = ToolSpec(
+    "get_weather",
+    "Weather at a place.",
+    {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]},
+)
+TOOLS = [ADD, WEATHER]
+
+ONE_CALL = JSON_LIST.render([("add", {"a": 1, "b": 2})])
+TWO_CALLS = JSON_LIST.render([("add", {"a": 1, "b": 2}), ("get_weather", {"location": "Paris"})])
+WEATHER_CALL = JSON_LIST.render([("get_weather", {"location": "Paris"})])
+
+
+@pytest.mark.parametrize(
+    "choice, parallel, accepted, rejected",
+    [
+        (ToolChoice("auto"), True, ["It is sunny.", ONE_CALL, TWO_CALLS], ["See <tool_call> below", "<tool_response>x"]),
+        (ToolChoice("required"), True, [ONE_CALL, TWO_CALLS], ["It is sunny.", ""]),
+        (ToolChoice("named", "get_weather"), True, [WEATHER_CALL], [ONE_CALL, TWO_CALLS, "It is sunny."]),
+        (ToolChoice("none"), True, ["It is sunny."], [ONE_CALL]),
+        (ToolChoice("required"), False, [ONE_CALL, WEATHER_CALL], [TWO_CALLS]),
+    ],
+)
+def test_grammar_enforces_tool_choice(choice, parallel, accepted, rejected):
+    grammar = tool_call_grammar(JSON_LIST, TOOLS, choice, parallel=parallel)
+    for text in accepted:
+        assert grammar.accepts(text), text
+    for text in rejected:
+        assert not grammar.accepts(text), text
+
+
+def test_grammar_rejects_arguments_that_break_the_schema():
+    grammar = tool_call_grammar(JSON_LIST, TOOLS, ToolChoice("required"))
+    assert not grammar.accepts(JSON_LIST.render([("add", {"a": "one", "b": 2})]))
+    assert not grammar.accepts(JSON_LIST.render([("add", {"a": 1})]))
+    assert not grammar.accepts(JSON_LIST.render([("subtract", {"a": 1, "b": 2})]))
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS.values()), ids=list(FORMATS))
+def test_each_format_grammar_accepts_its_own_rendering(fmt):
+    grammar = tool_call_grammar(fmt, TOOLS, ToolChoice("required"))
+    assert grammar.accepts(fmt.render([("add", {"a": 1, "b": 2})]))
+    assert grammar.accepts(fmt.render([("add", {"a": 1, "b": 2}), ("get_weather", {"location": "x"})]))
+
+
+def test_answer_schema_replaces_free_text_beside_tools():
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    grammar = tool_call_grammar(JSON_LIST, TOOLS, ToolChoice("auto"), answer_schema=schema)
+    assert grammar.accepts('{"answer":"sunny"}')
+    assert grammar.accepts(ONE_CALL)
+    assert not grammar.accepts("It is sunny.")
+
+
+def test_nested_definitions_of_several_tools_do_not_collide():
+    def tool_with_item(name, item_type):
+        return ToolSpec(
+            name,
+            "",
+            {
+                "type": "object",
+                "properties": {"item": {"$ref": "#/$defs/Item"}},
+                "required": ["item"],
+                "$defs": {"Item": {"type": "object", "properties": {"v": {"type": item_type}}, "required": ["v"]}},
+            },
+        )
+
+    specs = [tool_with_item("first", "integer"), tool_with_item("second", "string")]
+    schema = call_schema(specs)
+    assert set(schema["$defs"]) == {"first__Item", "second__Item"}
+    grammar = tool_call_grammar(JSON_LIST, specs, ToolChoice("required"))
+    assert grammar.accepts(JSON_LIST.render([("first", {"item": {"v": 1}})]))
+    assert grammar.accepts(JSON_LIST.render([("second", {"item": {"v": "x"}})]))
+    assert not grammar.accepts(JSON_LIST.render([("first", {"item": {"v": "x"}})]))
+
+
+def test_schema_the_translator_rejects_names_the_tool():
+    weird = ToolSpec("weird", "", {"type": "object", "properties": {"x": {"type": "string", "pattern": "(?<=a)b"}}})
+    with pytest.raises(ToolSchemaError, match="weird"):
+        tool_call_grammar(JSON_LIST, [ADD, weird], ToolChoice("auto"))
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, ToolChoice("auto")),
+        ("auto", ToolChoice("auto")),
+        ("any", ToolChoice("required")),
+        ("required", ToolChoice("required")),
+        (True, ToolChoice("required")),
+        ("none", ToolChoice("none")),
+        ("add", ToolChoice("named", "add")),
+        ({"type": "function", "function": {"name": "add"}}, ToolChoice("named", "add")),
+        ({"type": "tool", "name": "add"}, ToolChoice("named", "add")),
+    ],
+)
+def test_tool_choice_spellings(value, expected):
+    assert normalize_tool_choice(value, ["add", "get_weather"]) == expected
+
+
+@pytest.mark.parametrize("value", ["subtract", {"type": "function", "function": {"name": "nope"}}, 3.5])
+def test_unknown_tool_choice_is_a_clear_error(value):
+    with pytest.raises(ToolChoiceError):
+        normalize_tool_choice(value, ["add"])
+
+
+def test_template_decides_the_format():
+    assert format_for_template("{% for m in messages %}{{ m.content }}{% endfor %}") is JSON_LIST
+    assert format_for_template("{%- if tools %}<tool_call>{{ tool_call | tojson }}</tool_call>{% endif %}") is HERMES
+    assert format_for_template(None) is JSON_LIST
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+call_lists = st.lists(
+    st.tuples(st.sampled_from(["add", "get_weather", "x.y-z"]), st.dictionaries(st.text(max_size=6), json_values, max_size=3)),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(calls=call_lists, fmt_name=st.sampled_from(sorted(FORMATS)), piece=st.integers(1, 9))
+def test_rendered_calls_parse_back_whole_and_streamed(calls, fmt_name, piece):
+    fmt = FORMATS[fmt_name]
+    text = fmt.render(calls)
+    content, parsed = parse_response(text, fmt)
+    assert content == ""
+    assert [(c.name, c.args) for c in parsed] == [(name, args) for name, args in calls]
+
+    parser = StreamingParser(fmt)
+    events = [e for i in range(0, len(text), piece) for e in parser.feed(text[i : i + piece])]
+    events += list(parser.finish())
+    assert not any(isinstance(e, TextDelta) for e in events)
+    streamed: dict[int, list] = {}
+    for event in events:
+        if isinstance(event, CallStart):
+            streamed[event.index] = [event.name, ""]
+        elif isinstance(event, ArgsDelta):
+            streamed[event.index][1] += event.text
+    assert [(name, json.loads(args)) for name, args in streamed.values()] == [(name, args) for name, args in calls]
+
+
+@given(text=st.text(min_size=1, max_size=40).filter(lambda t: "<tool_call>" not in t), piece=st.integers(1, 7))
+def test_plain_text_streams_unchanged(text, piece):
+    parser = StreamingParser(JSON_LIST)
+    events = [e for i in range(0, len(text), piece) for e in parser.feed(text[i : i + piece])]
+    events += list(parser.finish())
+    assert all(isinstance(e, TextDelta) for e in events)
+    assert "".join(e.text for e in events) == text
+    assert parse_response(text, JSON_LIST) == (text, [])
+
+
+def test_objects_are_closed_except_where_allof_combines_them():
+    schema = {
+        "type": "object",
+        "properties": {"p": {"type": "array", "items": {"type": "object", "properties": {"q": {}}}}},
+    }
+    closed = close_objects(schema)
+    assert closed["additionalProperties"] is False
+    assert closed["properties"]["p"]["items"]["additionalProperties"] is False
+    combined = close_objects({"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}], "properties": {"c": {}}})
+    assert "additionalProperties" not in combined
+    assert all("additionalProperties" not in branch for branch in combined["allOf"])
+    assert close_objects({"type": "object", "properties": {}, "additionalProperties": {"type": "integer"}})["additionalProperties"] == {"type": "integer"}
