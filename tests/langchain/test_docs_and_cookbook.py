@@ -26,6 +26,11 @@ def test_quick_start_is_short():
     assert len(quick_start_snippet().splitlines()) < 20
 
 
+def test_readme_shows_the_tested_quick_start():
+    readme = (ROOT / "README.md").read_text()
+    assert quick_start_snippet() in readme.split("## LangChain quick start", 1)[1]
+
+
 def test_quick_start_runs(local_model):
     namespace: dict = {"__name__": "quick_start"}
     output = io.StringIO()
