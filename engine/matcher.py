@@ -21,6 +21,13 @@ about 100 for real vocabularies) and token-path costs are kept per configuration
 they grow with the automaton, whose own transition table is larger (256 ids per
 configuration) and bounded by ``automaton.MAX_CONFIGS``.
 
+Text checks. A grammar may carry a ``text_check``, a stateful condition no grammar can
+express (``uniqueItems``): ``initial()``, ``feed(state, data)`` (the new state, or None
+once the text is lost) and ``trigger_bytes(state)`` (a token without any of these bytes
+cannot fail; empty: any token can). The cached mask of a configuration stays as it is;
+the allowed tokens holding a trigger byte are fed to the check against the live text
+and dropped if refused, so only the few tokens that can complete an item pay for it.
+
 Token budget (``max_tokens``). ``min_tokens_to_finish`` is the length of a concrete
 token path to an accepting configuration: take the greedy longest token at the start
 of a shortest completion, step, repeat. The path is always available, so a mask that
@@ -428,6 +435,7 @@ class _AutomatonTables:
         self.costs: dict[int, int] = {}
         self.chain_groups: dict[int, Any] = {}
         self.successors: dict[tuple[int, str, bool], int | None] = {}
+        self.byte_presence: dict[bytes, np.ndarray] = {}
         self.groups = group_tables_for(vocab)
 
 
@@ -461,10 +469,78 @@ class Matcher(MatcherBase):
         self.automaton = automaton
         self._hooks = bool(getattr(automaton, "has_token_hooks", False))
         self._tables = _shared_tables(automaton, vocab)
+        self._text_check = getattr(grammar, "text_check", None)
+        self._check_memo: tuple | None = None
+        self._check_mask_memo: tuple | None = None
         super().__init__(vocab, max_tokens)
 
     def _initial_state(self) -> int:
         return int(self.automaton.initial)
+
+    # ------------------------------------------------------------ text check
+    def _check_state(self):
+        """The text check's state after the text so far (fed incrementally from the last one computed)."""
+        text = bytes(self._text)
+        memo = self._check_memo
+        check = self._text_check
+        if memo is not None and text.startswith(memo[0]):
+            state = check.feed(memo[1], text[len(memo[0]) :])
+        else:
+            state = check.feed(check.initial(), text)
+        self._check_memo = (text, state)
+        return state
+
+    def _current_mask(self) -> tuple[np.ndarray, np.ndarray]:
+        ids, words = super()._current_mask()
+        if self._text_check is None:
+            return ids, words
+        text = bytes(self._text)
+        memo = self._check_mask_memo
+        if memo is not None and memo[0] == text and memo[1] is ids:
+            return memo[2]
+        result = self._checked_mask(ids, words)
+        self._check_mask_memo = (text, ids, result)
+        return result
+
+    def _checked_mask(self, ids: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Drop the tokens the text check rejects; only tokens holding one of its trigger bytes can be rejected."""
+        check = self._text_check
+        state = self._check_state()
+        if state is None:
+            return ids, words
+        triggers = check.trigger_bytes(state)
+        if not len(ids):
+            return ids, words
+        if triggers:
+            candidates = ids[self._holds_any(triggers)[ids]]
+        else:
+            candidates = ids
+        rejected = [t for t in candidates.tolist() if check.feed(state, self.vocab.token_bytes(t)) is None]
+        if not rejected:
+            return ids, words
+        kept = np.setdiff1d(ids, np.asarray(rejected, dtype=np.int32)).astype(np.int32)
+        return kept, pack_ids(kept, self.vocab.size)
+
+    def _holds_any(self, triggers: bytes) -> np.ndarray:
+        """Per token id: whether its bytes contain one of ``triggers`` (cached per byte set)."""
+        table = self._tables.byte_presence.get(triggers)
+        if table is None:
+            table = np.zeros(self.vocab.size, dtype=bool)
+            wanted = set(triggers)
+            for token_id in range(self.vocab.size):
+                if self.vocab.is_text_token(token_id) and not wanted.isdisjoint(self.vocab.token_bytes(token_id)):
+                    table[token_id] = True
+            self._tables.byte_presence[triggers] = table
+        return table
+
+    def _accepts_token(self, token_id: int):
+        new_state = super()._accepts_token(token_id)
+        if new_state is None or self._text_check is None:
+            return new_state
+        state = self._check_state()
+        if state is not None and self._text_check.feed(state, self.vocab.token_bytes(token_id)) is None:
+            return None
+        return new_state
 
     @property
     def config(self) -> int:

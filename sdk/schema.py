@@ -4,7 +4,9 @@
 dicts, LangChain tools and JSON Schema dicts (draft 2020-12 and draft-07): all of them go
 through :func:`to_json_schema`, then one translation to grammar IR.
 
-Every keyword is either enforced by the grammar or reported: an
+Every keyword is either enforced or reported (``uniqueItems`` over unbounded item sets by
+the grammar's run-time ``text_check``, see :mod:`surecall.schema_unique`; the rest by the
+grammar itself): an
 :class:`UnsupportedSchemaError` names the keyword and its JSON pointer. With
 ``lenient=True`` the constraint is relaxed instead and listed in the returned grammar's
 ``relaxations`` (each also logged as a warning); values generated under a relaxed grammar
@@ -70,6 +72,7 @@ from .schema_strings import (
     encode_text,
     strings_other_than,
 )
+from .schema_unique import UniqueItemsCheck, UniquePolicy, conditional_unique
 
 __all__ = [
     "grammar_from_schema",
@@ -139,9 +142,21 @@ class Relaxation:
 
 
 class SchemaGrammar(Grammar):
-    """A :class:`Grammar` built from a schema; ``relaxations`` lists what ``lenient`` relaxed."""
+    """A :class:`Grammar` built from a schema; ``relaxations`` lists what ``lenient`` relaxed.
 
-    __slots__ = ("relaxations", "json_schema")
+    ``text_check`` (or None) enforces ``uniqueItems`` on top of the grammar: the matcher
+    masks tokens it rejects, and :meth:`accepts` applies it to whole texts.
+    """
+
+    __slots__ = ("relaxations", "json_schema", "text_check")
+
+    def accepts(self, text: str | bytes) -> bool:
+        if not super().accepts(text):
+            return False
+        check = getattr(self, "text_check", None)
+        if check is None:
+            return True
+        return check.accepts(text.encode("utf-8") if isinstance(text, str) else bytes(text))
 
 
 def grammar_from_schema(
@@ -178,9 +193,37 @@ def translate_schema(schema: Any, *, whitespace: str = "compact", lenient: bool 
         if "matches nothing" in str(error):
             raise UnsatisfiableSchemaError("schema", "#", "the schema admits no value") from error
         raise UnsupportedSchemaError("schema", "#", f"the schema's grammar cannot be built: {error}") from error
+    text_check = None
+    if translator.unique_at_run_time:
+        resolver = translator.resolver
+        pointer = conditional_unique(json_schema, resolver.resolve, resolver.base_of, legacy_ref_siblings=resolver.legacy_ref_siblings)
+        if pointer is not None:
+            translator.unsupported(
+                "uniqueItems", pointer, "uniqueItems under anyOf/oneOf/if/then/else/not/contains is only enforced for a small finite set of items"
+            )
+        text_check = unique_items_check(json_schema)
     object.__setattr__(grammar, "relaxations", tuple(translator.relaxations))
     object.__setattr__(grammar, "json_schema", json_schema)
+    object.__setattr__(grammar, "text_check", text_check)
     return grammar
+
+
+def unique_items_check(json_schema: Any) -> UniqueItemsCheck:
+    """The run-time ``uniqueItems`` check of a (plain JSON) schema; rebuilt the same way when unpickled."""
+    legacy = _legacy_draft(json_schema)
+    resolver = _Resolver(json_schema, _raise_unsupported, legacy_ref_siblings=legacy)
+    policy = UniquePolicy(json_schema, resolver.resolve, resolver.base_of, legacy_ref_siblings=legacy)
+    return UniqueItemsCheck(policy.requires_unique, rebuild=(unique_items_check, (json_schema,)))
+
+
+def _raise_unsupported(keyword: str, pointer: str, message: str) -> NoReturn:
+    raise UnsupportedSchemaError(keyword, pointer, message)
+
+
+def _legacy_draft(root: Any) -> bool:
+    return isinstance(root, dict) and isinstance(root.get("$schema"), str) and any(
+        draft in root["$schema"] for draft in ("draft-07", "draft-06", "draft-04", "draft-03")
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,9 +339,7 @@ class _Translator:
         self._sub_rules: dict[tuple, tuple[str, Sub]] = {}
         self._counter = 0
         self._count_rules: dict[tuple, str] = {}
-        legacy = isinstance(root, dict) and isinstance(root.get("$schema"), str) and any(
-            draft in root["$schema"] for draft in ("draft-07", "draft-06", "draft-04", "draft-03")
-        )
+        legacy = _legacy_draft(root)
         # Up to draft 4, "integer" excludes 1.0
         self.plain_integers = isinstance(root, dict) and isinstance(root.get("$schema"), str) and any(
             draft in root["$schema"] for draft in ("draft-04", "draft-03")
@@ -307,6 +348,8 @@ class _Translator:
         self.normalizer = Normalizer(self.resolver, self, legacy_ref_siblings=legacy)
         self._validator = None
         self._json_value: Node | None = None
+        # An array whose uniqueItems the grammar cannot express was met: the text check enforces it.
+        self.unique_at_run_time = False
 
     # -- reporting ---------------------------------------------------------------------------
     def unsupported(self, keyword: str, pointer: str, message: str) -> None:
@@ -574,7 +617,7 @@ class _Translator:
             values = self._finite_values(flat.items) if flat.items is not None and not flat.prefix and flat.contains is None else None
             if values is not None and len(values) <= UNIQUE_MAX_VALUES:
                 return self._unique_array(values, lo, hi)
-            self.unsupported("uniqueItems", flat.pointer, "uniqueItems cannot be enforced by a grammar (items are not a small finite set)")
+            self.unique_at_run_time = True
         rest = self.translate_sub(flat.items) if flat.items is not None else self.json_value()
         if flat.items is not None and flat.items.is_false():
             rest = NOTHING

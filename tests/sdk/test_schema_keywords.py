@@ -212,18 +212,19 @@ def test_flexible_whitespace_is_bounded():
 
 
 def test_unsupported_keyword_names_keyword_and_pointer():
-    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    schema = {"type": "object", "properties": {"tags": {"anyOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "maxItems": 3}]}}}
     with pytest.raises(UnsupportedSchemaError) as info:
         grammar_from_schema(schema)
     assert info.value.keyword == "uniqueItems"
-    assert info.value.pointer == "#/properties/tags"
+    assert info.value.pointer == "#/properties/tags/anyOf/0"
 
 
 def test_lenient_lists_exactly_what_was_relaxed(caplog):
-    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}, "w": {"type": "string", "pattern": "(?=a)a"}}}
+    tags = {"anyOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "maxItems": 3}]}
+    schema = {"type": "object", "properties": {"tags": tags, "w": {"type": "string", "pattern": "(?=a)a"}}}
     grammar = grammar_from_schema(schema, lenient=True)
     assert sorted(r.keyword for r in grammar.relaxations) == ["pattern", "uniqueItems"]
-    assert {r.pointer for r in grammar.relaxations} == {"#/properties/tags", "#/properties/w/pattern"}
+    assert {r.pointer for r in grammar.relaxations} == {"#/properties/tags/anyOf/0", "#/properties/w/pattern"}
     assert "relaxed schema constraint" in caplog.text
     assert grammar.accepts('{"tags":[1,1]}')
     strict_parts = grammar_from_schema({"type": "array", "maxItems": 1, "uniqueItems": True})

@@ -1,0 +1,393 @@
+"""Run-time enforcement of ``uniqueItems``, which no context-free grammar can express.
+
+The grammar of a schema accepts arrays with repeated items; this module supplies the
+text check the matcher applies on top of the grammar (the ``text_check`` of a
+``SchemaGrammar``). The check scans the JSON text as it grows, keeps for every open
+array that must be unique the canonical values of its completed items, and declares
+the text dead as soon as an item completes equal to an earlier one, or a ``true``,
+``false`` or ``null`` that repeats one begins (it cannot become anything else). Values compare as
+JSON Schema says: numbers by value (``1`` equals ``1.0``), objects regardless of key
+order, ``true`` never equal to ``1``.
+
+Which arrays must be unique follows from the instance location: from the root, every
+schema that applies for sure (``$ref``, ``allOf``, ``properties``, ``patternProperties``,
+``additionalProperties``, ``prefixItems``, ``items``, ``additionalItems``) is followed
+along the path, so recursion through ``$ref`` works at any depth, and so is the one
+``anyOf``/``oneOf`` branch that alone admits arrays (or objects) when the value is one.
+Any other ``uniqueItems`` under a conditional applicator (``anyOf``, ``oneOf``,
+``if``/``then``/``else``, ``not``, ``contains``, dependent schemas) only applies when its
+branch does, which the check cannot know; :func:`conditional_unique` finds it so the
+translator can report it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+from typing import Any, Callable
+
+#: Bytes after which whitespace, ``,``, ``]`` or ``}`` ends a number or literal in progress.
+_SCALAR_BYTES = frozenset(b"0123456789+-.eEtruefalsn")
+_WHITESPACE = frozenset(b" \t\n\r")
+#: A token that contains none of these cannot start a repeated literal or complete an item outside a string.
+_COMPLETING = b'"]},[ \t\n\reltfn'
+_LITERALS = {ord("t"): (True,), ord("f"): (False,), ord("n"): (None,)}
+
+# Applicators whose subschemas hold only when some condition does.
+_CONDITIONAL = ("anyOf", "oneOf", "not", "if", "then", "else", "contains", "unevaluatedItems", "unevaluatedProperties")
+_CONDITIONAL_MAPS = ("dependentSchemas", "dependencies")
+
+
+_CONTAINERS = frozenset({"array", "object"})
+
+
+def _kind_of(value: Any) -> str:
+    return "array" if isinstance(value, list) else "object" if isinstance(value, dict) else "scalar"
+
+
+def admitted_containers(schema: Any, base: str, resolve, base_of) -> frozenset:
+    """Which of "array"/"object" a branch admits, judged by its type, const and enum (through ``$ref``)."""
+    for _ in range(16):
+        if schema is False:
+            return frozenset()
+        if not isinstance(schema, dict):
+            return _CONTAINERS
+        base = base_of(schema, base)
+        kinds = _CONTAINERS
+        declared = schema.get("type")
+        if isinstance(declared, str):
+            declared = [declared]
+        if isinstance(declared, list):
+            kinds = kinds & frozenset(declared)
+        if "const" in schema:
+            kinds = kinds & {_kind_of(schema["const"])}
+        if isinstance(schema.get("enum"), list):
+            kinds = kinds & {_kind_of(value) for value in schema["enum"]}
+        if "$ref" not in schema or kinds != _CONTAINERS:
+            return kinds
+        schema, base, _ = resolve(schema["$ref"], base, "#")
+    return _CONTAINERS
+
+
+def sure_branches(schema: dict, base: str, resolve, base_of) -> list:
+    """(keyword, index, containers) for ``anyOf``/``oneOf`` branches that alone admit arrays or objects.
+
+    When only one branch admits arrays, a valid array satisfies that branch: it applies for sure.
+    """
+    found = []
+    for keyword in ("anyOf", "oneOf"):
+        branches = schema.get(keyword)
+        if not isinstance(branches, list):
+            continue
+        admitted = [admitted_containers(branch, base, resolve, base_of) for branch in branches]
+        for i, kinds in enumerate(admitted):
+            alone = frozenset(kind for kind in kinds if not any(kind in other for j, other in enumerate(admitted) if j != i))
+            if alone:
+                found.append((keyword, i, alone))
+    return found
+
+
+def canonical(value: Any) -> Any:
+    """A hashable form under which two JSON values are equal exactly when JSON Schema says so."""
+    if value is None:
+        return ("null",)
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float, Decimal)):
+        return ("number", Decimal(value) if isinstance(value, float) else value)
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, list):
+        return ("array", tuple(canonical(item) for item in value))
+    return ("object", frozenset((key, canonical(item)) for key, item in value.items()))
+
+
+def _parse(text: bytes) -> Any:
+    return json.loads(text, parse_float=Decimal)
+
+
+class _Frame:
+    """An open array or object of the text being scanned."""
+
+    __slots__ = ("is_array", "path", "unique", "seen", "index", "expect_key", "key", "start")
+
+    def __init__(self, is_array: bool, path: tuple, unique: bool, start: int) -> None:
+        self.is_array = is_array
+        self.path = path
+        self.unique = unique
+        self.seen: frozenset = frozenset()
+        self.index = 0
+        self.expect_key = not is_array
+        self.key: Any = None
+        self.start = start
+
+    def copy(self) -> "_Frame":
+        twin = _Frame.__new__(_Frame)
+        for name in _Frame.__slots__:
+            setattr(twin, name, getattr(self, name))
+        return twin
+
+    def child_path(self) -> tuple:
+        return self.path + ((self.index,) if self.is_array else (self.key,))
+
+
+class ScanState:
+    """Where the scan of a JSON prefix stands (immutable for callers: ``feed`` returns a new one)."""
+
+    __slots__ = ("text", "frames", "in_string", "escaped", "string_start", "string_is_key", "scalar_start")
+
+    def __init__(self) -> None:
+        self.text = b""
+        self.frames: tuple = ()
+        self.in_string = False
+        self.escaped = False
+        self.string_start = -1
+        self.string_is_key = False
+        self.scalar_start = -1
+
+    @property
+    def unique_open(self) -> bool:
+        return any(frame.unique for frame in self.frames)
+
+
+class UniqueItemsCheck:
+    """The matcher's text check for ``uniqueItems`` (see the module docstring).
+
+    ``requires_unique(path)`` says whether the array at an instance path (a tuple of
+    keys and indices) must have unique items.
+    """
+
+    def __init__(self, requires_unique: Callable[[tuple], bool], rebuild: tuple | None = None) -> None:
+        self._requires_unique = requires_unique
+        self._decided: dict[tuple, bool] = {}
+        self._rebuild = rebuild
+
+    def __reduce__(self):
+        if self._rebuild is None:
+            raise TypeError("this uniqueItems check cannot be pickled (it was built without a recipe)")
+        return self._rebuild
+
+    def _unique_at(self, path: tuple) -> bool:
+        found = self._decided.get(path)
+        if found is None:
+            found = self._decided[path] = bool(self._requires_unique(path))
+        return found
+
+    def initial(self) -> ScanState:
+        return ScanState()
+
+    def trigger_bytes(self, state: ScanState) -> bytes:
+        """A token containing none of these bytes leaves ``feed`` successful (``b""``: every token does)."""
+        if not state.unique_open:
+            return b"["
+        return b'"' if state.in_string else _COMPLETING
+
+    def accepts(self, text: bytes) -> bool:
+        return self.feed(self.initial(), text) is not None
+
+    def feed(self, state: ScanState, data: bytes) -> ScanState | None:
+        """The state after ``data``, or None once an array that must be unique has a repeated item."""
+        new = ScanState.__new__(ScanState)
+        text = new.text = state.text + data
+        frames = [frame.copy() for frame in state.frames]
+        in_string, escaped = state.in_string, state.escaped
+        string_start, string_is_key, scalar_start = state.string_start, state.string_is_key, state.scalar_start
+
+        def completed(start: int, end: int) -> bool:
+            if not frames or not frames[-1].is_array or not frames[-1].unique:
+                return True
+            frame = frames[-1]
+            value = canonical(_parse(text[start:end]))
+            if value in frame.seen:
+                return False
+            frame.seen = frame.seen | {value}
+            return True
+
+        for i in range(len(state.text), len(text)):
+            byte = text[i]
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif byte == 0x5C:
+                    escaped = True
+                elif byte == 0x22:
+                    in_string = False
+                    if string_is_key:
+                        frames[-1].key = _parse(text[string_start : i + 1])
+                    elif not completed(string_start, i + 1):
+                        return None
+                continue
+            if scalar_start >= 0:
+                if byte in _SCALAR_BYTES:
+                    if text[scalar_start : i + 1] in (b"true", b"false", b"null"):
+                        start, scalar_start = scalar_start, -1
+                        if not completed(start, i + 1):
+                            return None
+                    continue
+                start, scalar_start = scalar_start, -1
+                if not completed(start, i):
+                    return None
+            if byte in _WHITESPACE:
+                continue
+            if byte == 0x22:
+                in_string, string_start = True, i
+                string_is_key = bool(frames) and not frames[-1].is_array and frames[-1].expect_key
+            elif byte in (0x5B, 0x7B):
+                is_array = byte == 0x5B
+                path = frames[-1].child_path() if frames else ()
+                frames.append(_Frame(is_array, path, is_array and self._unique_at(path), i))
+            elif byte in (0x5D, 0x7D):
+                if not frames:
+                    continue
+                closed = frames.pop()
+                if not completed(closed.start, i + 1):
+                    return None
+            elif byte == 0x2C:
+                if frames:
+                    if frames[-1].is_array:
+                        frames[-1].index += 1
+                    else:
+                        frames[-1].expect_key = True
+            elif byte == 0x3A:
+                if frames:
+                    frames[-1].expect_key = False
+            else:
+                scalar_start = i
+                # A literal is decided by its first letter: a repeated one is refused before it is spelled out.
+                literal = _LITERALS.get(byte)
+                if literal is not None and frames and frames[-1].unique and canonical(literal[0]) in frames[-1].seen:
+                    return None
+        new.frames = tuple(frames)
+        new.in_string, new.escaped = in_string, escaped
+        new.string_start, new.string_is_key, new.scalar_start = string_start, string_is_key, scalar_start
+        return new
+
+
+# --------------------------------------------------------------------------------------------
+# which arrays must be unique
+
+
+class UniquePolicy:
+    """``requires_unique(path)`` over a JSON Schema, following only applicators that always apply.
+
+    ``resolve(ref, base, pointer) -> (schema, base, pointer)`` and ``base_of(schema, base)``
+    come from the translator's ``$ref`` resolver.
+    """
+
+    def __init__(self, root: Any, resolve, base_of, *, legacy_ref_siblings: bool = False) -> None:
+        self.root = root
+        self.resolve = resolve
+        self.base_of = base_of
+        # Up to draft 7 everything next to a $ref is ignored.
+        self.legacy_ref_siblings = legacy_ref_siblings
+
+    def _closure(self, located: list, kind: str) -> list:
+        """Every schema that applies for sure at the location of ``located`` (schema, base, pointer), holding a ``kind``."""
+        out, seen, stack = [], set(), list(located)
+        while stack:
+            schema, base, pointer = stack.pop()
+            if not isinstance(schema, dict) or id(schema) in seen:
+                continue
+            seen.add(id(schema))
+            base = self.base_of(schema, base)
+            if "$ref" in schema:
+                stack.append(self.resolve(schema["$ref"], base, pointer))
+                if self.legacy_ref_siblings:
+                    continue
+            out.append((schema, base, pointer))
+            for i, member in enumerate(schema.get("allOf") or ()):
+                stack.append((member, base, f"{pointer}/allOf/{i}"))
+            for keyword, i, kinds in sure_branches(schema, base, self.resolve, self.base_of):
+                if kind in kinds:
+                    stack.append((schema[keyword][i], base, f"{pointer}/{keyword}/{i}"))
+        return out
+
+    def _children(self, schema: dict, base: str, pointer: str, key: Any) -> list:
+        found = []
+        if isinstance(key, int):
+            prefix = schema.get("prefixItems")
+            items = schema.get("items")
+            if isinstance(items, list):
+                prefix, items = items, schema.get("additionalItems")
+                prefix_key = "items"
+            else:
+                prefix_key = "prefixItems"
+            if isinstance(prefix, list) and key < len(prefix):
+                found.append((prefix[key], base, f"{pointer}/{prefix_key}/{key}"))
+            elif items is not None:
+                found.append((items, base, f"{pointer}/items"))
+            return found
+        properties = schema.get("properties") or {}
+        matched = False
+        if key in properties:
+            matched = True
+            found.append((properties[key], base, f"{pointer}/properties/{key}"))
+        for pattern, sub in (schema.get("patternProperties") or {}).items():
+            try:
+                hit = re.search(pattern, key) is not None
+            except re.error:
+                hit = False
+            if hit:
+                matched = True
+                found.append((sub, base, f"{pointer}/patternProperties/{pattern}"))
+        if not matched and "additionalProperties" in schema:
+            found.append((schema["additionalProperties"], base, f"{pointer}/additionalProperties"))
+        return found
+
+    def requires_unique(self, path: tuple) -> bool:
+        located = [(self.root, "", "#")]
+        for key in path:
+            kind = "array" if isinstance(key, int) else "object"
+            located = [child for schema, base, pointer in self._closure(located, kind) for child in self._children(schema, base, pointer, key)]
+            if not located:
+                return False
+        return any(schema.get("uniqueItems") is True for schema, _, _ in self._closure(located, "array"))
+
+
+def conditional_unique(root: Any, resolve, base_of, *, legacy_ref_siblings: bool = False) -> str | None:
+    """The pointer of a ``uniqueItems: true`` that applies only under a condition, if any.
+
+    Each schema is visited with the containers (array, object) for which it surely
+    applies where it is reached: all of them along ``$ref``, ``allOf`` and the child
+    keywords, those it alone admits for an ``anyOf``/``oneOf`` branch, none under a
+    conditional applicator. Arrays of at most one item are unique anyway and do not count.
+    """
+    seen: set = set()
+    stack = [(root, "", "#", _CONTAINERS)]
+    while stack:
+        schema, base, pointer, sure = stack.pop()
+        if not isinstance(schema, dict) or (id(schema), sure) in seen:
+            continue
+        seen.add((id(schema), sure))
+        base = base_of(schema, base)
+        if legacy_ref_siblings and "$ref" in schema:
+            stack.append((*resolve(schema["$ref"], base, pointer), sure))
+            continue
+        max_items = schema.get("maxItems")
+        if "array" not in sure and schema.get("uniqueItems") is True and not (isinstance(max_items, int) and max_items <= 1):
+            return pointer
+        if "$ref" in schema:
+            target, target_base, target_pointer = resolve(schema["$ref"], base, pointer)
+            stack.append((target, target_base, target_pointer, sure))
+        branch_sure = {(keyword, i): sure & kinds for keyword, i, kinds in sure_branches(schema, base, resolve, base_of)}
+        for key, value in schema.items():
+            if key in ("properties", "patternProperties") and isinstance(value, dict):
+                child = _CONTAINERS if "object" in sure else frozenset()
+                stack.extend((sub, base, f"{pointer}/{key}/{name}", child) for name, sub in value.items())
+            elif key in _CONDITIONAL_MAPS and isinstance(value, dict):
+                stack.extend((sub, base, f"{pointer}/{key}/{name}", frozenset()) for name, sub in value.items())
+            elif key in ("allOf", "items", "prefixItems", "additionalItems", "additionalProperties") or key in _CONDITIONAL:
+                if key == "allOf":
+                    child = sure
+                elif key == "additionalProperties":
+                    child = _CONTAINERS if "object" in sure else frozenset()
+                elif key in _CONDITIONAL:
+                    child = frozenset()
+                else:
+                    child = _CONTAINERS if "array" in sure else frozenset()
+                if isinstance(value, list):
+                    stack.extend((sub, base, f"{pointer}/{key}/{i}", branch_sure.get((key, i), child)) for i, sub in enumerate(value))
+                else:
+                    stack.append((value, base, f"{pointer}/{key}", child))
+    return None

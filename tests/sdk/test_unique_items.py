@@ -1,0 +1,147 @@
+"""``uniqueItems`` enforced at run time: ``accepts`` and the matcher's masks reject repeated items."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from surecall.engine.matcher import Matcher, Status
+from surecall.engine.vocab import TokenVocabulary
+from surecall.schema import UnsupportedSchemaError, grammar_from_schema
+from surecall.schema_unique import canonical
+
+PIECES = [b'["', b'","', b'"]', b'",', b"1,", b"1]", b"1.0", b"true", b"ue", b"tr", b"null", b"e,", b"e]", b"[[", b"]]", b"],[", b'{"', b'":', b"ab", b"a"]
+VOCAB = TokenVocabulary([b"<eos>"] + [bytes([b]) for b in range(256)] + PIECES, special_ids={0}, eos_token_ids={0})
+
+
+def token(piece: bytes) -> int:
+    ids = VOCAB.tokenize_bytes(piece)
+    assert len(ids) == 1, piece
+    return ids[0]
+
+
+def sample(grammar, seed: int, max_steps: int = 60) -> tuple[bytes, bool]:
+    """A random walk through the masks; (text, finished)."""
+    rng = random.Random(seed)
+    matcher = Matcher(grammar, VOCAB)
+    for _ in range(max_steps):
+        allowed = matcher.allowed_token_ids().tolist()
+        assert allowed, f"no token allowed after {matcher.text_bytes()!r}"
+        if matcher.is_accepting() and rng.random() < 0.3:
+            return matcher.text_bytes(), True
+        choices = [t for t in allowed if t not in VOCAB.eos_token_ids] or allowed
+        status = matcher.advance(rng.choice(choices))
+        assert status is not Status.REJECTED
+        if status is Status.FINISHED:
+            return matcher.text_bytes(), True
+    return matcher.text_bytes(), False
+
+
+@pytest.mark.parametrize(
+    "text,valid",
+    [
+        ("[1,1]", False), ("[1,1.0]", False), ("[1,2]", True), ("[true,1]", True), ("[0,false]", True),
+        ('[{"a":1,"b":2},{"b":2,"a":1}]', False), ('[{"a":1},{"a":2}]', True), ("[[1],[1]]", False), ("[[1,1]]", True),
+        ('["a","a"]', False), ('["a","b","a"]', False), ('["a\\"","a\\""]', False), ("[null,null]", False), ("[]", True),
+    ],
+)
+def test_accepts_rejects_repeated_items(text, valid):
+    schema = {"type": "array", "uniqueItems": True}
+    assert grammar_from_schema(schema).accepts(text) is valid
+    assert grammar_from_schema(schema, whitespace="flexible").accepts(text.replace(",", " , ")) is valid
+
+
+def test_canonical_values_follow_json_schema_equality():
+    assert canonical(1) == canonical(1.0) and canonical(True) != canonical(1) and canonical(0) != canonical(False)
+    assert canonical({"a": [1, {"b": None}]}) == canonical({"a": [1.0, {"b": None}]})
+
+
+def test_nested_and_recursive_unique_arrays():
+    tree = {"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "uniqueItems": True}}}}, "$ref": "#/$defs/node"}
+    grammar = grammar_from_schema(tree)
+    assert grammar.accepts('{"kids":[{"kids":[]},{}]}')
+    assert not grammar.accepts('{"kids":[{},{}]}')
+    assert not grammar.accepts('{"kids":[{"kids":[{"kids":[]},{"kids":[]}]}]}')
+    matrix = grammar_from_schema({"type": "array", "uniqueItems": True, "items": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}})
+    assert matrix.accepts("[[1,2],[2,1]]") and not matrix.accepts("[[1,2],[1,2]]") and not matrix.accepts("[[1,1]]")
+    plain_inner = grammar_from_schema({"type": "array", "items": {"type": "array", "uniqueItems": True}})
+    assert plain_inner.accepts("[[1],[1]]") and not plain_inner.accepts("[[1,1]]")
+
+
+def test_only_arrays_that_must_be_unique_are_checked():
+    schema = {"type": "object", "properties": {"u": {"type": "array", "uniqueItems": True}, "p": {"type": "array"}}, "additionalProperties": {"allOf": [{"type": "array", "uniqueItems": True}]}}
+    grammar = grammar_from_schema(schema, property_order="any")
+    assert grammar.accepts('{"p":[1,1],"u":[1,2]}')
+    assert not grammar.accepts('{"u":[1,1]}')
+    assert not grammar.accepts('{"other":["x","x"]}')
+
+
+def test_conditional_unique_items_raise_with_pointer():
+    with pytest.raises(UnsupportedSchemaError) as info:
+        grammar_from_schema({"type": "array", "items": {"anyOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "items": {"type": "integer"}}]}})
+    assert info.value.keyword == "uniqueItems" and info.value.pointer == "#/items/anyOf/0"
+    with pytest.raises(UnsupportedSchemaError) as info:
+        grammar_from_schema({"type": "object", "if": {"required": ["a"]}, "then": {"properties": {"b": {"type": "array", "uniqueItems": True}}}})
+    assert info.value.pointer == "#/then/properties/b"
+
+
+def test_the_only_branch_admitting_arrays_or_objects_is_enforced():
+    by_ref = {"$defs": {"list": {"type": "array", "uniqueItems": True}}, "anyOf": [{"type": "string"}, {"$ref": "#/$defs/list"}]}
+    inline = {"oneOf": [{"type": "string"}, {"type": "array", "uniqueItems": True}]}
+    for schema in (by_ref, inline):
+        grammar = grammar_from_schema(schema)
+        assert grammar.accepts('"x"') and grammar.accepts("[1,2]") and not grammar.accepts("[1,1]")
+    nested = {"type": "array", "items": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"k": {"type": "array", "uniqueItems": True}}}]}}
+    grammar = grammar_from_schema(nested, property_order="any")
+    assert grammar.accepts('[null,{"k":[1,2]}]') and not grammar.accepts('[null,{"k":[2,2]}]')
+
+
+def test_masks_drop_tokens_that_complete_a_repeated_item():
+    grammar = grammar_from_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True})
+    matcher = Matcher(grammar, VOCAB)
+    assert matcher.advance_many([token(b'["'), token(b"a"), token(b'","'), token(b"b"), token(b'","'), token(b"a")]) is Status.ACCEPTED
+    allowed = set(matcher.allowed_token_ids().tolist())
+    assert not {token(b'"'), token(b'"]'), token(b'","'), token(b'",')} & allowed
+    assert token(b"b") in allowed and token(b"a") in allowed
+    assert matcher.advance(token(b'"]')) is Status.REJECTED
+    assert matcher.advance(token(b"b")) is Status.ACCEPTED and matcher.advance(token(b'"]')) is Status.FINISHED
+
+
+def test_masks_drop_repeated_literals_and_numbers():
+    grammar = grammar_from_schema({"type": "array", "uniqueItems": True})
+    matcher = Matcher(grammar, VOCAB)
+    matcher.advance_many([token(b"["), token(b"true"), token(b",")])
+    allowed = set(matcher.allowed_token_ids().tolist())
+    assert token(b"tr") not in allowed and token(b"t") not in allowed and token(b"true") not in allowed
+    assert token(b"n") in allowed and token(b"null") in allowed
+    matcher.advance_many([token(b"1,"), token(b"1.0")])
+    allowed = set(matcher.allowed_token_ids().tolist())
+    assert token(b",") not in allowed and token(b"]") not in allowed
+    assert token(b"1") in allowed and token(b"1]") in allowed  # 1.01 is a new value
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_sampled_outputs_are_valid(seed):
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "grid": {"type": "array", "items": {"type": "array", "uniqueItems": True}, "uniqueItems": True}}, "required": ["tags", "grid"], "additionalProperties": False}
+    text, finished = sample(grammar_from_schema(schema), seed)
+    if finished:
+        jsonschema.validate(json.loads(text), schema)
+
+
+def test_pickled_grammar_keeps_the_check():
+    grammar = pickle.loads(pickle.dumps(grammar_from_schema({"type": "array", "uniqueItems": True})))
+    assert grammar.accepts("[1,2]") and not grammar.accepts("[2,2]")
+
+
+def test_draft7_ignores_unique_items_next_to_ref():
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"list": {"type": "array"}}, "properties": {"a": {"$ref": "#/definitions/list", "uniqueItems": True}, "b": {"type": "array", "uniqueItems": True}}}
+    grammar = grammar_from_schema(schema, property_order="any")
+    assert grammar.accepts('{"a":[1,1]}') and not grammar.accepts('{"b":[1,1]}')
+    assert grammar.accepts('{"a":[1,1]}') == jsonschema.Draft7Validator(schema).is_valid({"a": [1, 1]})
