@@ -85,8 +85,9 @@ class ChatSurecall(BaseChatModel):
     auto_tool_calls: Literal["model", "on_user_turn"] | None = None
     """How ``tool_choice="auto"`` picks between text and calls. ``"model"``: the model
     decides with its first token. ``"on_user_turn"``: a reply to the user's message holds at
-    least one call, a reply to tool results is text or calls as the model likes (the rhythm
-    of an agent loop, which models never tuned on tool calls do not find by themselves).
+    least one call and a reply to tool results is text (the rhythm of an agent loop, which
+    models never tuned on tool calls do not find by themselves; left free, they repeat the
+    call they just made).
     Default: ``"model"`` when the chat template defines tool calling, else ``"on_user_turn"``."""
 
     _local_model: Any = PrivateAttr(default=None)
@@ -260,8 +261,10 @@ class ChatSurecall(BaseChatModel):
         fmt = _format(self.tool_call_format, tokenizer)
         specs = tool_specs(kwargs.get("tools") or [])
         choice = normalize_tool_choice(kwargs.get("tool_choice"), [s.name for s in specs])
-        if specs and choice.mode == "auto" and self._calls_on_user_turn(tokenizer) and _last_turn_is_user(messages):
-            choice = ToolChoice("required")
+        if specs and choice.mode == "auto" and self._calls_on_user_turn(tokenizer):
+            # one round of calls per user turn: a model never tuned on tool calls tends to
+            # repeat the same call after its result instead of answering
+            choice = ToolChoice("required" if _last_turn_is_user(messages) else "none")
         parallel = kwargs.get("parallel_tool_calls")
         answer_schema = _response_format_schema(kwargs.get("response_format"))
         answer_grammar = kwargs.get("grammar")

@@ -81,10 +81,10 @@ def test_auto_on_user_turn_calls_then_answers_after_the_result(local_model):
     assert len(first.tool_calls) >= 1
     _assert_valid_calls(first)
     results = [get_weather.invoke(call) for call in first.tool_calls]
-    # after the tool results the model is free again; text or calls, never broken output
+    # after the tool results the reply is the answer, never another round of calls
     second = bound.invoke([question, first, *results])
-    assert second.invalid_tool_calls == []
-    assert second.text or second.tool_calls
+    assert second.tool_calls == [] and second.invalid_tool_calls == []
+    assert second.text
 
 
 def test_stream_merges_to_the_same_calls_as_invoke(chat):
