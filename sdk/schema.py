@@ -50,6 +50,7 @@ from surecall.engine.ir import (
 )
 
 from .formats import FORMAT_MAX_LENGTH, FORMAT_PATTERNS
+from .schema_flatten import value_schema as flat_value_schema
 from .schema_flatten import (
     TYPE_ATOMS,
     Flat,
@@ -706,7 +707,7 @@ class _Translator:
         names_ok = self._property_name_check(flat)
         members: dict[str, Node] = {}
         for name in listed:
-            value_schema = _listed_value_schema(flat, name)
+            value_schema = flat_value_schema(flat, name)
             if not names_ok(name) or (value_schema is not None and value_schema.is_false()):
                 if name in required:
                     return NOTHING
@@ -1014,18 +1015,6 @@ def _equal_number(number) -> Node:
 def _structured(flat: Flat) -> bool:
     types = flat.types if flat.types is not None else TYPE_ATOMS
     return flat.enum is None and flat.ref is None and bool(types & {"array", "object"})
-
-
-def _listed_value_schema(flat: Flat, name: str) -> Sub | None:
-    result = flat.props.get(name)
-    matched = False
-    for pattern, sub in flat.patterns.items():
-        if pattern_matches(pattern, name):
-            result = and_subs(result, sub)
-            matched = True
-    if name not in flat.props and not matched:
-        result = and_subs(result, flat.additional)
-    return result
 
 
 def _without_contains(flat: Flat) -> Flat:

@@ -308,7 +308,7 @@ class Normalizer:
             self.reporter.fatal("allOf", pointer, "cannot merge patternProperties with another schema's additionalProperties")
         props: dict = {}
         for name in list(a.props) + [n for n in b.props if n not in a.props]:
-            props[name] = and_subs(_value_schema(a, name), _value_schema(b, name))
+            props[name] = and_subs(value_schema(a, name), value_schema(b, name))
         m.props = props
         m.required = a.required + [n for n in b.required if n not in a.required]
         m.additional = and_subs(a.additional, b.additional)
@@ -472,7 +472,7 @@ class Normalizer:
         return self._recorded(alternatives, {"not": schema}, base)
 
 
-def _value_schema(flat: Flat, name: str) -> Sub | None:
+def value_schema(flat: Flat, name: str) -> Sub | None:
     """What ``flat`` requires of the value of property ``name``."""
     result = flat.props.get(name)
     matched = False
