@@ -221,10 +221,15 @@ def _raise_unsupported(keyword: str, pointer: str, message: str) -> NoReturn:
     raise UnsupportedSchemaError(keyword, pointer, message)
 
 
-def _legacy_draft(root: Any) -> bool:
+def _declares_draft(root: Any, drafts: tuple[str, ...]) -> bool:
+    """Whether the schema's ``$schema`` names one of ``drafts``."""
     return isinstance(root, dict) and isinstance(root.get("$schema"), str) and any(
-        draft in root["$schema"] for draft in ("draft-07", "draft-06", "draft-04", "draft-03")
+        draft in root["$schema"] for draft in drafts
     )
+
+
+def _legacy_draft(root: Any) -> bool:
+    return _declares_draft(root, ("draft-07", "draft-06", "draft-04", "draft-03"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,11 +347,15 @@ class _Translator:
         self._count_rules: dict[tuple, str] = {}
         legacy = _legacy_draft(root)
         # Up to draft 4, "integer" excludes 1.0
-        self.plain_integers = isinstance(root, dict) and isinstance(root.get("$schema"), str) and any(
-            draft in root["$schema"] for draft in ("draft-04", "draft-03")
-        )
+        self.plain_integers = _declares_draft(root, ("draft-04", "draft-03"))
         self.resolver = _Resolver(root, self.fatal, legacy_ref_siblings=legacy)
-        self.normalizer = Normalizer(self.resolver, self, legacy_ref_siblings=legacy)
+        self.normalizer = Normalizer(
+            self.resolver,
+            self,
+            legacy_ref_siblings=legacy,
+            # if/then/else arrived in draft 7: to older validators they are unknown words
+            conditionals=not _declares_draft(root, ("draft-06", "draft-04", "draft-03")),
+        )
         self._validator = None
         self._json_value: Node | None = None
         # An array whose uniqueItems the grammar cannot express was met: the text check enforces it.

@@ -179,10 +179,11 @@ def _min_opt(a: int | None, b: int | None) -> int | None:
 class Normalizer:
     """Turns schemas into lists of :class:`Flat` alternatives."""
 
-    def __init__(self, resolver, reporter: Reporter, legacy_ref_siblings: bool) -> None:
+    def __init__(self, resolver, reporter: Reporter, legacy_ref_siblings: bool, conditionals: bool = True) -> None:
         self.resolver = resolver
         self.reporter = reporter
         self.legacy_ref_siblings = legacy_ref_siblings
+        self.conditionals = conditionals
 
     # -- entry points -------------------------------------------------------------------
     def flatten_sub(self, sub: Sub, depth: int = 0) -> list[Flat]:
@@ -228,7 +229,7 @@ class Normalizer:
             negated = self._negation_or_relax(schema["not"], base, _child(pointer, "not"), "not", depth)
             if negated is not None:
                 alternatives = self._product(alternatives, negated, pointer, depth)
-        if "if" in schema and ("then" in schema or "else" in schema):
+        if self.conditionals and "if" in schema and ("then" in schema or "else" in schema):
             alternatives = self._product(alternatives, self._if_then_else(schema, base, pointer, depth), pointer, depth)
         dependent_required = dict(schema.get("dependentRequired", {}))
         dependent_schemas = dict(schema.get("dependentSchemas", {}))

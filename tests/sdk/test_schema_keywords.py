@@ -329,3 +329,17 @@ def test_generated_instances_are_accepted(value):
             _SIMPLE_GRAMMAR[order] = grammar_from_schema(SIMPLE_SCHEMA, property_order=order)
         assert validator_for_schema(SIMPLE_SCHEMA).is_valid(value)
         assert _SIMPLE_GRAMMAR[order].accepts(dumps(value)), dumps(value)
+
+
+def test_if_then_else_apply_from_draft_7_and_are_unknown_words_before():
+    conditional = {
+        "type": "object",
+        "if": {"properties": {"kind": {"const": "action"}}},
+        "then": {"required": ["title"]},
+    }
+    untitled_action = '{"kind":"action"}'
+    draft7 = grammar_from_schema({"$schema": "http://json-schema.org/draft-07/schema#", **conditional})
+    draft4 = grammar_from_schema({"$schema": "http://json-schema.org/draft-04/schema#", **conditional})
+    assert not draft7.accepts(untitled_action)
+    assert draft7.accepts('{"kind":"action","title":"t"}')
+    assert draft4.accepts(untitled_action)
