@@ -634,6 +634,7 @@ class ByteAutomaton:
         self._after_any: dict[int, int] = {}
         self._next_bytes: dict[int, bytes] = {}
         self._byte_sets: dict[int, np.ndarray] = {}
+        self._partitions: dict[tuple[int, ...], list] = {}
         self._table = np.full((64, 256), _UNKNOWN, dtype=np.int32)
         # Reads of computed rows need no lock; building new configurations does.
         self._lock = threading.RLock()
@@ -833,10 +834,24 @@ class ByteAutomaton:
         if by_mask is None:
             self._compute_row_by_class(cid)
             return
-        # Split the bytes into the parts every consumed byte set either holds whole or
-        # misses whole; each part scans to one kernel.
+        masks = sorted(by_mask)
+        parts = self._partitions.get(tuple(masks))
+        if parts is None:
+            parts = self._partition(masks)
+        row = np.full(256, DEAD, dtype=np.int32)
+        for byte_values, members in parts:
+            if len(members) == 1:
+                kernel = by_mask[masks[members[0]]]
+            else:
+                kernel = [item for index in members for item in by_mask[masks[index]]]
+            row[byte_values] = self._close(kernel, False)
+        self._table[cid] = row
+
+    def _partition(self, masks: list[int]) -> list[tuple[np.ndarray, list[int]]]:
+        """Split the bytes into the parts every byte set of ``masks`` either holds whole or
+        misses whole: (the part's bytes, indices of the masks holding it). Rows of many
+        configurations scan the same byte sets, so the split is memoised by them."""
         parts: list[tuple[int, list[int]]] = []
-        masks = list(by_mask)
         for index, mask in enumerate(masks):
             refined = []
             rest = mask
@@ -852,11 +867,9 @@ class ByteAutomaton:
             if rest:
                 refined.append((rest, [index]))
             parts = refined
-        row = np.full(256, DEAD, dtype=np.int32)
-        for bits, members in parts:
-            kernel = [item for index in members for item in by_mask[masks[index]]]
-            row[self._bytes_of(bits)] = self._close(kernel, False)
-        self._table[cid] = row
+        found = [(self._bytes_of(bits), members) for bits, members in parts]
+        self._partitions[tuple(masks)] = found
+        return found
 
     def _plain_scans(self, cid: int) -> dict[int, list] | None:
         """Items after one byte, by the byte set that scans them, when that is all a row
@@ -1020,18 +1033,22 @@ class ByteAutomaton:
             configs, bytes_ = np.broadcast_arrays(configs, bytes_)
         if configs.size == 0:
             return np.zeros(configs.shape, dtype=np.int32)
-        if configs.min() >= 0:
-            found = self._table[configs, bytes_]
-            missing = found == _UNKNOWN
-            if missing.any():
-                for config in distinct(configs[missing]).tolist():
-                    self._compute_row(config)
-                found = self._table[configs, bytes_]
-            return found
-        result = np.full(configs.shape, DEAD, dtype=np.int32)
-        live = configs >= 0
-        result[live] = self.step_many(configs[live], bytes_[live])
-        return result
+        # Dead entries read row 0 and are overwritten afterwards: cheaper than
+        # compacting the live ones out when a whole trie level goes through at once.
+        dead = configs < 0
+        has_dead = bool(dead.any())
+        rows = np.maximum(configs, 0) if has_dead else configs
+        found = self._table[rows, bytes_]
+        missing = found == _UNKNOWN
+        if has_dead:
+            missing &= ~dead
+        if missing.any():
+            for config in distinct(rows[missing]).tolist():
+                self._compute_row(config)
+            found = self._table[rows, bytes_]
+        if has_dead:
+            found[dead] = DEAD
+        return found
 
     # -- queries ----------------------------------------------------------------------
     def is_accepting(self, config: int) -> bool:

@@ -61,6 +61,13 @@ _ALL_BYTES = np.arange(256, dtype=np.uint8)
 # this many node visits before handing the rest back to the level walk.
 _SPARSE_FRONTIER = 8
 _SPARSE_BUDGET = 256
+# Where at least this fraction of a trie level is live, stepping the whole level
+# (dead nodes included) beats compacting the live ones out: a level then costs two
+# gathers instead of a dozen array operations, and no index arithmetic.
+_WIDE_FRACTION = 0.2
+# A token group holding at least 1/this of the vocabulary is used even where the
+# whole-level walk could run.
+_LARGE_GROUP_SHARE = 4
 
 # Memory bound of the mask cache of one (grammar, vocabulary) pair.
 MASK_CACHE_BYTES = 64 * 1024 * 1024
@@ -435,7 +442,6 @@ class _AutomatonTables:
         self.costs: dict[int, int] = {}
         self.chain_groups: dict[int, Any] = {}
         self.successors: dict[tuple[int, str, bool], int | None] = {}
-        self.byte_presence: dict[bytes, np.ndarray] = {}
         self.groups = group_tables_for(vocab)
 
 
@@ -512,7 +518,7 @@ class Matcher(MatcherBase):
         if not len(ids):
             return ids, words
         if triggers:
-            candidates = ids[self._holds_any(triggers)[ids]]
+            candidates = ids[self.vocab.tokens_holding(triggers)[ids]]
         else:
             candidates = ids
         rejected = [t for t in candidates.tolist() if check.feed(state, self.vocab.token_bytes(t)) is None]
@@ -520,18 +526,6 @@ class Matcher(MatcherBase):
             return ids, words
         kept = np.setdiff1d(ids, np.asarray(rejected, dtype=np.int32)).astype(np.int32)
         return kept, pack_ids(kept, self.vocab.size)
-
-    def _holds_any(self, triggers: bytes) -> np.ndarray:
-        """Per token id: whether its bytes contain one of ``triggers`` (cached per byte set)."""
-        table = self._tables.byte_presence.get(triggers)
-        if table is None:
-            table = np.zeros(self.vocab.size, dtype=bool)
-            wanted = set(triggers)
-            for token_id in range(self.vocab.size):
-                if self.vocab.is_text_token(token_id) and not wanted.isdisjoint(self.vocab.token_bytes(token_id)):
-                    table[token_id] = True
-            self._tables.byte_presence[triggers] = table
-        return table
 
     def _accepts_token(self, token_id: int):
         new_state = super()._accepts_token(token_id)
@@ -649,6 +643,11 @@ class Matcher(MatcherBase):
         """Walk from the trie root; returns the token group allowed as a whole, if one applies."""
         trie = self.vocab.trie
         found = self._chain_group(config)
+        # A small group (spaces, digits) leaves most of the trie below its exits, which
+        # the whole-level walk covers faster.
+        small = found is None or found[0].member_count * _LARGE_GROUP_SHARE < len(trie.token_ids)
+        if small and self._walk_wide(config, id_parts, end_parts):
+            return None
         if found is None:
             self._walk_levels(np.array([0], dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
             return None
@@ -671,6 +670,45 @@ class Matcher(MatcherBase):
         id_parts.append(group.member_ids[live])
         end_parts.append(member_ends[live])
         return None
+
+    def _walk_wide(self, config: int, id_parts: list, end_parts: list) -> bool:
+        """Walk from the root stepping whole trie levels while most of each is live.
+
+        Returns False (having done nothing) when too few first bytes are live for it
+        to pay. Below the first level that is mostly dead, the live nodes continue
+        through the ordinary level walk.
+        """
+        trie = self.vocab.trie
+        level_start, parent, byte = trie.level_start, trie.parent, trie.byte
+        max_depth = trie.max_depth
+        if max_depth < 1:
+            return False
+        first = self._row(config)[byte[1 : level_start[2]]]
+        if np.count_nonzero(first >= 0) < _WIDE_FRACTION * len(first):
+            return False
+        step_many = self.automaton.step_many
+        configs = np.empty(trie.num_nodes, dtype=np.int32)
+        configs[0] = config
+        configs[1 : level_start[2]] = first
+        depth = 1
+        while depth < max_depth:
+            low, high = int(level_start[depth]), int(level_start[depth + 1])
+            if np.count_nonzero(configs[low:high] >= 0) < _WIDE_FRACTION * (high - low):
+                break
+            below, end = high, int(level_start[depth + 2])
+            configs[below:end] = step_many(configs[parent[below:end]], byte[below:end])
+            depth += 1
+        tokens = slice(int(trie.token_start[1]), int(trie.token_start[level_start[depth + 1]]))
+        ends = configs[trie.token_nodes[tokens]]
+        live = ends >= 0
+        id_parts.append(trie.token_ids[tokens][live])
+        end_parts.append(ends[live])
+        if depth < max_depth:
+            low, high = int(level_start[depth]), int(level_start[depth + 1])
+            nodes = np.flatnonzero(configs[low:high] >= 0).astype(np.int32) + low
+            if len(nodes):
+                self._walk_levels(nodes, configs[nodes], id_parts, end_parts)
+        return True
 
     def _walk_levels(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list) -> None:
         """Advance (node, config) pairs level by level below ``nodes``, collecting tokens at live nodes."""

@@ -35,13 +35,18 @@ class TokenTrie:
       token_start[n + 1], token_ids[...]    -- tokens whose bytes end exactly at the node
     """
 
-    __slots__ = _ARRAY_FIELDS + ("_byte_blob", "_node_has_tokens", "__weakref__")
+    __slots__ = _ARRAY_FIELDS + ("_byte_blob", "_node_has_tokens", "token_nodes", "__weakref__")
 
     def __init__(self, **arrays: np.ndarray) -> None:
         for name in _ARRAY_FIELDS:
             setattr(self, name, arrays[name])
         self._byte_blob = self.byte.tobytes()
         self._node_has_tokens = self.token_start[1:] > self.token_start[:-1]
+        # The node each entry of ``token_ids`` ends at. Tokens are ordered by that node,
+        # so the tokens of the levels ``a..b`` are the slice
+        # ``token_start[level_start[a]]:token_start[level_start[b + 1]]``.
+        counts = np.diff(self.token_start)
+        self.token_nodes = np.repeat(np.arange(len(self.parent), dtype=np.int32), counts)
 
     # ----------------------------------------------------------------- building
     @classmethod

@@ -118,6 +118,7 @@ class TokenVocabulary:
         # Where derived per-vocabulary tables (token groups) are persisted; None: memory only.
         self.cache_root: Path | None = None
         self.normal_ids = np.sort(trie.token_ids).astype(np.int32)
+        self._holding: dict[bytes, np.ndarray] = {}
         self.eos_array = np.array(sorted(eos), dtype=np.int32)
         digest = hashlib.sha256(blob)
         digest.update(offsets.tobytes())
@@ -153,6 +154,25 @@ class TokenVocabulary:
             and token_id not in self._special_ids
             and self._offsets[token_id + 1] > self._offsets[token_id]
         )
+
+    def tokens_holding(self, values: bytes) -> np.ndarray:
+        """Per token id: whether its bytes contain any of ``values`` (special tokens: False; cached)."""
+        key = bytes(sorted(set(values)))
+        found = self._holding.get(key)
+        if found is None:
+            trie = self.trie
+            wanted = np.zeros(256, dtype=bool)
+            wanted[list(key)] = True
+            on_path = wanted[trie.byte]
+            on_path[0] = False
+            # Level by level a node's path holds a wanted byte if its parent's does.
+            for depth in range(2, trie.max_depth + 1):
+                low, high = int(trie.level_start[depth]), int(trie.level_start[depth + 1])
+                on_path[low:high] |= on_path[trie.parent[low:high]]
+            found = np.zeros(self.size, dtype=bool)
+            found[trie.token_ids] = on_path[trie.token_nodes]
+            self._holding[key] = found
+        return found
 
     def decode(self, token_ids: Iterable[int]) -> bytes:
         """Concatenated bytes of text tokens (special tokens contribute nothing)."""

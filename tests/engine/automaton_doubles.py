@@ -82,8 +82,8 @@ class TableAutomaton:
     def step_many(self, configs, values):
         configs = np.asarray(configs, dtype=np.int32)
         self.step_calls += 1
-        assert (configs != DEAD).all(), "step_many must not be given dead configurations"
-        return self.table[configs, np.asarray(values, dtype=np.uint8)]
+        values = np.asarray(values, dtype=np.uint8)
+        return np.where(configs == DEAD, DEAD, self.table[np.maximum(configs, 0), values]).astype(np.int32)
 
     def is_accepting(self, config: int) -> bool:
         return config in self.accepting

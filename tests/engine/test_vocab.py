@@ -193,3 +193,14 @@ def test_packed_bitsets(ids):
     for token_id in range(100):
         assert bool(words[token_id >> 5] >> (token_id & 31) & 1) == (token_id in ids)
     assert unpack_ids(words, 100).tolist() == sorted(ids)
+
+
+@settings(max_examples=60, deadline=None)
+@given(byte_strings, st.binary(min_size=1, max_size=3).map(lambda b: bytes(x % 6 + 97 for x in b)))
+def test_tokens_holding_matches_a_scan_of_each_token(strings, wanted):
+    vocab = TokenVocabulary(strings + [b"<eos>"], special_ids=[len(strings)], eos_token_ids=[len(strings)])
+    holding = vocab.tokens_holding(wanted)
+    assert holding.shape == (vocab.size,)
+    for token_id, data in enumerate(strings):
+        assert holding[token_id] == any(value in data for value in wanted)
+    assert not holding[len(strings)], "special tokens hold no text"
