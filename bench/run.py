@@ -26,7 +26,7 @@ import platform  # noqa: E402
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 QUICK = {"tokenizers": "smollm2", "per_subset": 1, "compile_timeout": 2.0, "max_tokens": 32, "prompts": 2}
-FULL = {"tokenizers": "smollm2,deepseek,qwen", "per_subset": 12, "compile_timeout": 10.0, "max_tokens": 96,
+FULL = {"tokenizers": "smollm2,deepseek,qwen", "per_subset": 6, "compile_timeout": 10.0, "max_tokens": 96,
         "prompts": 3}
 
 

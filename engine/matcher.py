@@ -6,7 +6,9 @@ state is a configuration of the grammar's byte automaton (``grammar.automaton``)
 Masks. The allowed tokens of a configuration are found by walking the vocabulary's
 token trie level by level: a whole level of (trie node, configuration) pairs goes
 through ``automaton.step_many`` in one call, pairs that die are dropped together with
-their subtrees, and tokens ending at surviving nodes are allowed. While only one byte
+their subtrees, and tokens ending at surviving nodes are allowed. Where most of the
+vocabulary stays live (free text, object keys next to known ones) whole levels are
+stepped at once, dead nodes included, which saves the compaction. While only one byte
 can follow (a literal such as ``{"name": "``) the walk descends the trie along that
 byte alone. Where a configuration loops on every byte of a precomputed token group
 (the tokens inside a JSON string, digits, ...) the whole group is allowed at once and
