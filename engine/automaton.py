@@ -835,22 +835,26 @@ class ByteAutomaton:
             self._compute_row_by_class(cid)
             return
         masks = sorted(by_mask)
-        parts = self._partitions.get(tuple(masks))
-        if parts is None:
-            parts = self._partition(masks)
-        row = np.full(256, DEAD, dtype=np.int32)
-        for byte_values, members in parts:
+        partition = self._partitions.get(tuple(masks))
+        if partition is None:
+            partition = self._partition(masks)
+        part_of_byte, parts = partition
+        # One successor per part, then DEAD for the bytes no item scans.
+        successors = []
+        for members in parts:
             if len(members) == 1:
                 kernel = by_mask[masks[members[0]]]
             else:
                 kernel = [item for index in members for item in by_mask[masks[index]]]
-            row[byte_values] = self._close(kernel, False)
-        self._table[cid] = row
+            successors.append(self._close(kernel, False))
+        successors.append(DEAD)
+        self._table[cid] = np.array(successors, dtype=np.int32)[part_of_byte]
 
-    def _partition(self, masks: list[int]) -> list[tuple[np.ndarray, list[int]]]:
+    def _partition(self, masks: list[int]) -> tuple[np.ndarray, list[list[int]]]:
         """Split the bytes into the parts every byte set of ``masks`` either holds whole or
-        misses whole: (the part's bytes, indices of the masks holding it). Rows of many
-        configurations scan the same byte sets, so the split is memoised by them."""
+        misses whole: (each byte's part, -1 for none; per part the indices of the masks
+        holding it). Rows of many configurations scan the same byte sets, so the split is
+        memoised by them."""
         parts: list[tuple[int, list[int]]] = []
         for index, mask in enumerate(masks):
             refined = []
@@ -867,7 +871,10 @@ class ByteAutomaton:
             if rest:
                 refined.append((rest, [index]))
             parts = refined
-        found = [(self._bytes_of(bits), members) for bits, members in parts]
+        part_of_byte = np.full(256, -1, dtype=np.intp)
+        for number, (bits, _members) in enumerate(parts):
+            part_of_byte[self._bytes_of(bits)] = number
+        found = (part_of_byte, [members for _bits, members in parts])
         self._partitions[tuple(masks)] = found
         return found
 
