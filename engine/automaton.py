@@ -22,7 +22,15 @@ Item fields:
 * ``token_state`` is ``(tokens_used, touched_in_current_token)`` inside an
   ``except!(.., n)`` region, ``PENDING`` for an ``any!`` reached in the middle of a
   token (it may only start at a token boundary), the tuple of operand states inside
-  an intersection, else ``None``.
+  an intersection, the number of finished iterations inside the body of a counted
+  repetition, else ``None``.
+
+Counted repetitions. ``x{m,n}`` with a large ``n`` and a plain body (regular, not
+nullable, no ``any!``/``except!``/intersection/counted repetition inside) is compiled
+as one copy of ``x`` between a ``COUNT_ENTER`` and a ``COUNT_HUB`` position: the
+items of the body carry the iteration count, and the hub either starts another
+iteration (below ``n``) or leaves (from ``m`` on). The automaton is the same as with
+``n`` unrolled copies, but the NFA, and the time to build it, no longer grow with ``n``.
 
 Intersections run their (regular) operands as separate automata in lockstep; a
 product state is only kept if some byte string completes every operand at once, so
@@ -66,7 +74,8 @@ SELF = -1
 PENDING = "pending"
 
 # NFA position kinds.
-_BYTE, _EPS, _CALL, _END, _ACCEPT, _ANY_START, _ANY_INSIDE, _EX_ENTER, _EX_EXIT, _ISECT_ENTER, _ISECT = range(11)
+(_BYTE, _EPS, _CALL, _END, _ACCEPT, _ANY_START, _ANY_INSIDE, _EX_ENTER, _EX_EXIT, _ISECT_ENTER, _ISECT,
+ _COUNT_ENTER, _COUNT_HUB) = range(13)
 _CONSUMING = (_BYTE, _ANY_START, _ANY_INSIDE, _ISECT)
 
 #: Limits that turn pathological grammars into a clear error instead of a hang.
@@ -79,6 +88,9 @@ MAX_PRODUCT_STATES = 20_000
 #: A non-recursive rule larger than this that is referenced more than once is called
 #: instead of inlined, so shared definitions do not multiply the NFA size.
 INLINE_LIMIT = 4_000
+#: Bounded repetitions with at least this upper bound keep one copy of their body and
+#: count the iterations in the items (see ``_NfaBuilder.counts``) instead of unrolling.
+COUNTER_MIN = 4
 
 _ALL_BYTES = (1 << 256) - 1
 
@@ -213,14 +225,15 @@ class _Nfa:
     def __init__(self) -> None:
         self.kind: list[int] = []
         self.mask: list[int] = []  # consumed bytes as a 256-bit int (consuming kinds)
-        self.out: list = []  # successor; list of targets for _EPS
-        self.arg: list[int] = []  # rule index (_CALL/_END), except id (_EX_*, tagged _BYTE), else -1
+        self.out: list = []  # successor; list of targets for _EPS; (body, after) for _COUNT_*
+        self.arg: list[int] = []  # rule index (_CALL/_END), except id (_EX_*, tagged _BYTE), counter (_COUNT_*), else -1
         self.owner: list[int] = []  # called rule whose body holds the position (-1: top level)
         self.rule_names: list[str] = []
         self.rule_start: list[int] = []
         self.except_strings: list[tuple[bytes, ...]] = []
         self.except_limit: list[int | None] = []
         self.intersections: list[_Product] = []
+        self.counters: list[tuple[int, int]] = []  # (min, max) of each counted repetition
         self.root = -1
         self.useful: list[bool] = []
         self.may_dead_end = False  # something matching nothing was emitted
@@ -256,6 +269,7 @@ class _NfaBuilder:
         self.rules = rules
         self.nfa = _Nfa()
         self.recursive = recursive_rules(rules)
+        self._plain_memo: dict[int, tuple[Node, bool | None]] = {}
         self.called = self._choose_called_rules()
         self.rule_index: dict[str, int] = {}
         self.pending: list[tuple[int, str]] = []
@@ -275,6 +289,7 @@ class _NfaBuilder:
             if name not in called and ref_counts.get(name, 0) > 1 and self.rule_size(name) > INLINE_LIMIT:
                 called.add(name)
                 self.sizes.clear()
+                self._plain_memo.clear()
         return called
 
     def size(self, node: Node) -> int:
@@ -285,6 +300,8 @@ class _NfaBuilder:
         if t is Seq or t is Alt or t is Intersect:
             return 1 + sum(self.size(item) for item in node.items)
         if t is Repeat:
+            if self.counts(node):
+                return 2 + self.size(node.item)
             copies = node.min + (1 if node.max is None else node.max - node.min)
             return 1 + self.size(node.item) * max(copies, 1)
         if t is Ref:
@@ -299,6 +316,39 @@ class _NfaBuilder:
             self.sizes[name] = self.size(self.rules[name])
         return self.sizes[name]
 
+    # -- counted repetitions ------------------------------------------------------------
+    def counts(self, node: Repeat) -> bool:
+        """Whether ``node`` is compiled with an iteration counter instead of unrolled."""
+        return node.max is not None and node.max >= COUNTER_MIN and self._plain_nullable(node.item) is False
+
+    def _plain_nullable(self, node: Node) -> bool | None:
+        """None if ``node`` cannot be the body of a counted repetition (it calls a rule,
+        holds ``any!``, ``except!``, an intersection or a counted repetition, whose items
+        use the same field as the counter); else whether it matches the empty string."""
+        key = id(node)
+        if key in self._plain_memo:
+            return self._plain_memo[key][1]
+        t = type(node)
+        if t is Bytes:
+            found = len(node.value) == 0
+        elif t is ByteSet or t is CharSet:
+            found = False
+        elif t is Seq or t is Alt:
+            parts = [self._plain_nullable(item) for item in node.items]
+            if any(part is None for part in parts):
+                found = None
+            else:
+                found = all(parts) if t is Seq else any(parts)
+        elif t is Repeat:
+            inner = self._plain_nullable(node.item)
+            found = None if inner is None or self.counts(node) else (inner or node.min == 0)
+        elif t is Ref and node.name in self.rules and node.name not in self.called:
+            found = self._plain_nullable(self.rules[node.name])
+        else:
+            found = None
+        self._plain_memo[key] = (node, found)  # the node is kept so that its id stays its own
+        return found
+
     # -- emitting -------------------------------------------------------------------
     def build(self, start: str) -> _Nfa:
         nfa = self.nfa
@@ -312,7 +362,10 @@ class _NfaBuilder:
             self.owner, self.rule = index, name
             end = nfa.add(_END, 0, None, index, index)
             nfa.rule_start[index] = self.emit(self.rules[name], end)
-        if nfa.may_dead_end or nfa.intersections:
+        # Without pieces that match nothing, only an intersection with no common string
+        # can leave a position that cannot finish; when every one has a common string
+        # (the usual case), all positions are useful and the reverse pass is skipped.
+        if nfa.may_dead_end or not all(product.live(product.initial) for product in nfa.intersections):
             nfa.useful = _co_accessible(nfa, nfa.reverse_graph())
         else:
             nfa.useful = [True] * len(nfa.kind)
@@ -363,6 +416,14 @@ class _NfaBuilder:
         lo, hi = node.min, node.max
         if lo < 0 or (hi is not None and hi < lo):
             raise GrammarError(f"bad repetition bounds {{{lo},{hi}}}", rule=self.rule)
+        if self.counts(node):
+            nfa = self.nfa
+            counter = len(nfa.counters)
+            nfa.counters.append((lo, hi))
+            hub = self._new(_COUNT_HUB, arg=counter)
+            body = self.emit(node.item, hub)
+            nfa.out[hub] = (body, nxt)
+            return self._new(_COUNT_ENTER, out=(body, nxt), arg=counter)
         if hi is None:
             hub = self._new(_EPS, out=[])
             body = self.emit(node.item, hub)
@@ -541,7 +602,9 @@ class _ReverseGraph:
         predecessors = self.predecessors
         for p in range(n):
             k = kind[p]
-            if k == _EPS:
+            if k == _EPS or k == _COUNT_ENTER or k == _COUNT_HUB:
+                # Counter positions are taken as plain epsilons: their bounds only ever
+                # remove paths, so costs stay lower bounds and usefulness an over-approximation.
                 for q in out[p]:
                     predecessors[q].append((p, 0))
             elif k == _BYTE or k == _ANY_START:
@@ -778,6 +841,19 @@ class ByteAutomaton:
                     items.add((q, o, w, t))
                     if nfa.intersections[out[q]].accepting(t):
                         work.append((arg[q], o, w, None))
+                elif k == _COUNT_ENTER:
+                    body, after = out[q]
+                    work.append((body, o, w, 0))
+                    if nfa.counters[arg[q]][0] == 0:
+                        work.append((after, o, w, None))
+                elif k == _COUNT_HUB:
+                    low, high = nfa.counters[arg[q]]
+                    body, after = out[q]
+                    done = t + 1
+                    if done < high:
+                        work.append((body, o, w, done))
+                    if done >= low:
+                        work.append((after, o, w, None))
                 else:  # _EX_EXIT
                     work.append((out[q], o, w, None))
             if len(items) > MAX_ITEMS_PER_CONFIG:
@@ -1116,7 +1192,9 @@ class ByteAutomaton:
             elif t is PENDING:
                 kernel.append((p, o, w, None))
                 changed = True
-            elif t is not None and t[1]:
+            elif type(t) is tuple and len(t) == 2 and type(t[1]) is bool and t[1]:
+                # An except! region's (tokens used, touched) pair; intersections keep
+                # operand states and counted repetitions an int in the same field.
                 kernel.append((p, o, w, (t[0] + 1, False)))
                 changed = True
             else:

@@ -82,7 +82,8 @@ def _extend(children):
         suffix = quantifier + ("?" if lazy else "")
         return f"(?:{ours}){suffix}", f"(?:{py}){suffix}"
 
-    quantifiers = st.sampled_from(["*", "+", "?", "{2}", "{0,2}", "{1,}", "{1,3}"])
+    # {4,} and up are compiled as counted repetitions, the rest unrolled.
+    quantifiers = st.sampled_from(["*", "+", "?", "{2}", "{0,2}", "{1,}", "{1,3}", "{4}", "{2,5}", "{0,6}"])
     return st.one_of(
         st.lists(children, min_size=2, max_size=3).map(lambda xs: ("".join(x[0] for x in xs), "".join(x[1] for x in xs))),
         st.lists(children, min_size=2, max_size=3).map(lambda xs: ("|".join(x[0] for x in xs), "|".join(x[1] for x in xs))),

@@ -19,6 +19,7 @@ from surecall.engine.ir import (
     Ref,
     alt,
     chars,
+    literal,
     optional,
     plus,
     repeat,
@@ -383,5 +384,15 @@ def test_shortest_completion_of_dead_is_an_error():
 
 
 def test_large_repetition_is_a_clear_error():
+    # The inner repetition is counted; the outer one, whose body holds it, is unrolled.
     with pytest.raises(GrammarError, match="too large"):
-        Grammar({"start": repeat(repeat(chars([(0, 0x10FFFF)]), 0, 1000), 0, 1000)}).automaton
+        Grammar({"start": repeat(repeat(chars([(0, 0x10FFFF)]), 0, 1000), 0, 100_000)}).automaton
+
+
+def test_counted_repetition_keeps_one_copy_of_its_body():
+    small = Grammar({"start": repeat(chars([(0x61, 0x7A)]), 2, 8)}).automaton
+    large = Grammar({"start": repeat(chars([(0x61, 0x7A)]), 2, 5000)}).automaton
+    assert len(large._nfa.kind) == len(small._nfa.kind)
+    grammar = Grammar({"start": seq(literal("<"), repeat(chars([(0x61, 0x7A), (0xE9, 0xE9)]), 3, 5000), literal(">"))})
+    for count, expected in ((2, False), (3, True), (4999, True), (5000, True), (5001, False)):
+        assert grammar.accepts("<" + "é" * count + ">") == expected, count

@@ -183,7 +183,7 @@ bodies = st.recursive(
     lambda children: st.one_of(
         st.lists(children, min_size=2, max_size=3).map(lambda items: Seq(tuple(items))),
         st.lists(children, min_size=2, max_size=3).map(lambda items: Alt(tuple(items))),
-        st.tuples(children, st.sampled_from([(0, None), (1, None), (0, 1), (2, 3)])).map(lambda x: Repeat(x[0], *x[1])),
+        st.tuples(children, st.sampled_from([(0, None), (1, None), (0, 1), (2, 3), (0, 4), (4, 5), (1, 6)])).map(lambda x: Repeat(x[0], *x[1])),
     ),
     max_leaves=5,
 )
@@ -192,7 +192,7 @@ bodies = st.recursive(
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rule_bodies=st.lists(bodies, min_size=len(RULE_NAMES), max_size=len(RULE_NAMES)),
-    texts=st.lists(st.text(alphabet="ab", max_size=6), min_size=1, max_size=6),
+    texts=st.lists(st.text(alphabet="ab", max_size=8), min_size=1, max_size=6),
 )
 def test_random_grammars_agree_with_a_reference_recogniser(rule_bodies, texts):
     rules = dict(zip(RULE_NAMES, rule_bodies))
