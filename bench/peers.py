@@ -334,6 +334,11 @@ class SurecallEngine(Engine):
 
         self.vocabulary = TokenVocabulary.from_tokenizer(tokenizer)
         self.vocab_size = max(self.vocab_size, self.vocabulary.size)
+        # Token groups are per-vocabulary tables, prepared with the tokenizer as the
+        # peers prepare theirs, not at the first schema that happens to need one.
+        from surecall.engine.token_groups import group_tables_for
+
+        group_tables_for(self.vocabulary).prepare()
 
     def compile(self, schema_text: str) -> Session:
         from surecall import grammar_from_schema

@@ -716,9 +716,13 @@ class Matcher(MatcherBase):
         """Advance (node, config) pairs level by level below ``nodes``, collecting tokens at live nodes."""
         trie = self.vocab.trie
         step_many = self.automaton.step_many
-        if len(nodes) <= _SPARSE_FRONTIER:
-            nodes, configs = self._walk_sparse(nodes, configs, id_parts, end_parts)
         while len(nodes):
+            # Deep levels of a trie hold few nodes: once the frontier is that narrow
+            # (at the start or after the wide levels), go on depth first.
+            if len(nodes) <= _SPARSE_FRONTIER:
+                nodes, configs = self._walk_sparse(nodes, configs, id_parts, end_parts)
+                if not len(nodes):
+                    return
             children, owner = trie.expand_children(nodes)
             if not len(children):
                 return

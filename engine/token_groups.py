@@ -327,6 +327,11 @@ class GroupTables:
                     found = self._groups[spec.name] = self._load_or_build(spec)
         return found
 
+    def prepare(self) -> None:
+        """Load (or build and store) every group now rather than at its first use."""
+        for spec in GROUP_SPECS:
+            self.group(spec)
+
     def _load_or_build(self, spec: GroupSpec) -> TokenGroup:
         root = self._cache_root
         path = None if root is None else root / f"groups-{self._cache_name}-{spec.name}-v{GROUP_FORMAT}.npz"

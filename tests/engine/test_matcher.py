@@ -326,6 +326,16 @@ def test_token_groups_are_persisted_per_vocabulary(tmp_path):
         assert (token_id in built.member_ids) == expected, data
 
 
+def test_prepare_stores_every_group(tmp_path):
+    from surecall.engine.token_groups import GROUP_SPECS, GroupTables
+
+    vocab = doubles.sample_vocabulary()
+    vocab.cache_root = tmp_path
+    GroupTables(vocab).prepare()
+    stored = {path.name.split("-")[2] for path in tmp_path.glob("groups-*.npz")}
+    assert stored == {spec.name for spec in GROUP_SPECS}
+
+
 def test_mask_cache_is_bounded_by_bytes():
     from surecall.engine.matcher import MaskCache, MaskEntry
 
