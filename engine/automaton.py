@@ -670,6 +670,17 @@ def build_nfa(rules: dict[str, Node], start: str) -> _Nfa:
     return _NfaBuilder(rules, start).build(start)
 
 
+def _grouped_pairs(pairs: np.ndarray):
+    """(config, its bytes) from sorted ``config * 256 + byte`` keys."""
+    configs = (pairs >> 8).tolist()
+    values = (pairs & 0xFF).tolist()
+    start = 0
+    for end in range(1, len(configs) + 1):
+        if end == len(configs) or configs[end] != configs[start]:
+            yield configs[start], values[start:end]
+            start = end
+
+
 # ---------------------------------------------------------------------------
 # Lazy determinisation
 
@@ -699,6 +710,11 @@ class ByteAutomaton:
         self._byte_sets: dict[int, np.ndarray] = {}
         self._partitions: dict[tuple[int, ...], list] = {}
         self._table = np.full((64, 256), _UNKNOWN, dtype=np.int32)
+        # Rows are filled part by part as bytes are asked for (a trie walk asks only for
+        # the bytes its nodes continue with); complete rows are listed here, and the
+        # scans of partly filled ones kept until they complete.
+        self._complete: set[int] = set()
+        self._scans: dict[int, tuple] = {}
         # Reads of computed rows need no lock; building new configurations does.
         self._lock = threading.RLock()
         self._min_bytes: dict[int, int] = {}
@@ -902,35 +918,73 @@ class ByteAutomaton:
     # -- transitions ------------------------------------------------------------------
     def _compute_row(self, cid: int) -> None:
         with self._lock:
-            if self._table[cid, 0] == _UNKNOWN:
+            if cid not in self._complete:
                 self._compute_row_locked(cid)
+                self._complete.add(cid)
+                self._scans.pop(cid, None)
+
+    def _scan(self, cid: int):
+        """(items scanned by byte set, the sorted byte sets, their partition) of a plain
+        configuration, or None when its row must be computed by byte class."""
+        scan = self._scans.get(cid)
+        if scan is None:
+            by_mask = self._plain_scans(cid)
+            if by_mask is None:
+                return None
+            masks = sorted(by_mask)
+            partition = self._partitions.get(tuple(masks))
+            if partition is None:
+                partition = self._partition(masks)
+            scan = (by_mask, masks, partition)
+        return scan
+
+    def _part_successor(self, by_mask: dict, masks: list[int], members: list[int]) -> int:
+        if len(members) == 1:
+            kernel = by_mask[masks[members[0]]]
+        else:
+            kernel = [item for index in members for item in by_mask[masks[index]]]
+        return self._close(kernel, False)
 
     def _compute_row_locked(self, cid: int) -> None:
-        by_mask = self._plain_scans(cid)
-        if by_mask is None:
+        scan = self._scan(cid)
+        if scan is None:
             self._compute_row_by_class(cid)
             return
-        masks = sorted(by_mask)
-        partition = self._partitions.get(tuple(masks))
-        if partition is None:
-            partition = self._partition(masks)
-        part_of_byte, parts = partition
+        by_mask, masks, (part_of_byte, parts, _part_bytes, _dead) = scan
         # One successor per part, then DEAD for the bytes no item scans.
-        successors = []
-        for members in parts:
-            if len(members) == 1:
-                kernel = by_mask[masks[members[0]]]
-            else:
-                kernel = [item for index in members for item in by_mask[masks[index]]]
-            successors.append(self._close(kernel, False))
+        successors = [self._part_successor(by_mask, masks, members) for members in parts]
         successors.append(DEAD)
         self._table[cid] = np.array(successors, dtype=np.int32)[part_of_byte]
 
-    def _partition(self, masks: list[int]) -> tuple[np.ndarray, list[list[int]]]:
+    def _compute_entries(self, cid: int, byte_values) -> None:
+        """Fill the successors of ``cid`` for ``byte_values`` (and the rest of their parts)."""
+        with self._lock:
+            if cid in self._complete:
+                return
+            scan = self._scans.get(cid)
+            if scan is None:
+                scan = self._scan(cid)
+                if scan is None or not scan[2][1]:
+                    # Rows by byte class (watches, intersections) and rows with no
+                    # consuming item are computed whole.
+                    self._compute_row_locked(cid)
+                    self._complete.add(cid)
+                    return
+                self._scans[cid] = scan
+                self._table[cid, scan[2][3]] = DEAD
+            by_mask, masks, (part_of_byte, parts, part_bytes, _dead) = scan
+            for value in byte_values:
+                part = part_of_byte[value]
+                if part >= 0 and self._table[cid, value] == _UNKNOWN:
+                    successor = self._part_successor(by_mask, masks, parts[part])
+                    # Read the table only now: interning new configurations may grow it.
+                    self._table[cid, part_bytes[part]] = successor
+
+    def _partition(self, masks: list[int]) -> tuple:
         """Split the bytes into the parts every byte set of ``masks`` either holds whole or
         misses whole: (each byte's part, -1 for none; per part the indices of the masks
-        holding it). Rows of many configurations scan the same byte sets, so the split is
-        memoised by them."""
+        holding it; per part its bytes; the bytes of no part). Rows of many configurations
+        scan the same byte sets, so the split is memoised by them."""
         parts: list[tuple[int, list[int]]] = []
         for index, mask in enumerate(masks):
             refined = []
@@ -948,9 +1002,10 @@ class ByteAutomaton:
                 refined.append((rest, [index]))
             parts = refined
         part_of_byte = np.full(256, -1, dtype=np.intp)
-        for number, (bits, _members) in enumerate(parts):
-            part_of_byte[self._bytes_of(bits)] = number
-        found = (part_of_byte, [members for _bits, members in parts])
+        part_bytes = [self._bytes_of(bits) for bits, _members in parts]
+        for number, values in enumerate(part_bytes):
+            part_of_byte[values] = number
+        found = (part_of_byte, [members for _bits, members in parts], part_bytes, np.flatnonzero(part_of_byte < 0))
         self._partitions[tuple(masks)] = found
         return found
 
@@ -1081,7 +1136,7 @@ class ByteAutomaton:
 
     def row(self, config: int) -> np.ndarray:
         """The successor of ``config`` for every byte (a read-only view)."""
-        if self._table[config, 0] == _UNKNOWN:
+        if config not in self._complete:
             self._compute_row(config)
         view = self._table[config]
         view.flags.writeable = False
@@ -1092,7 +1147,7 @@ class ByteAutomaton:
             return DEAD
         nxt = int(self._table[config, byte])
         if nxt == _UNKNOWN:
-            self._compute_row(config)
+            self._compute_entries(config, (byte,))
             nxt = int(self._table[config, byte])
         return nxt
 
@@ -1103,7 +1158,7 @@ class ByteAutomaton:
                 return DEAD
             nxt = int(self._table[config, b])
             if nxt == _UNKNOWN:
-                self._compute_row(config)
+                self._compute_entries(config, (b,))
                 nxt = int(self._table[config, b])
             config = nxt
         return config
@@ -1126,8 +1181,9 @@ class ByteAutomaton:
         if has_dead:
             missing &= ~dead
         if missing.any():
-            for config in distinct(rows[missing]).tolist():
-                self._compute_row(config)
+            pairs = distinct(rows[missing].astype(np.int64) * 256 + bytes_[missing])
+            for config, values in _grouped_pairs(pairs):
+                self._compute_entries(config, values)
             found = self._table[rows, bytes_]
         if has_dead:
             found[dead] = DEAD

@@ -63,6 +63,9 @@ _ALL_BYTES = np.arange(256, dtype=np.uint8)
 # this many node visits before handing the rest back to the level walk.
 _SPARSE_FRONTIER = 8
 _SPARSE_BUDGET = 256
+# Below a trie node with at most this many children, the depth-first walk steps each
+# child instead of asking for the configuration's whole row of successors.
+_FEW_CHILDREN = 8
 # Where at least this fraction of a trie level is live, stepping the whole level
 # (dead nodes included) beats compacting the live ones out: a level then costs two
 # gathers instead of a dozen array operations, and no index arithmetic.
@@ -753,8 +756,10 @@ class Matcher(MatcherBase):
             start, end = int(child_start[node]), int(child_end[node])
             if start == end:
                 continue
-            following = next_bytes(config)
-            if len(following) <= end - start:
+            if end - start <= _FEW_CHILDREN:
+                # Stepping a few children fills only their entries of the row.
+                reached = [(child, blob[child]) for child in range(start, end)]
+            elif len(following := next_bytes(config)) <= end - start:
                 reached = []
                 for value in following:
                     child = blob.find(bytes((value,)), start, end)
