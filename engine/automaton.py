@@ -703,7 +703,9 @@ class ByteAutomaton:
         self._index: dict[frozenset, int] = {}
         self._accepting: list[bool] = []
         self._callers: list[dict | None] = []
-        self._closures: dict = {}
+        # Closures of kernels, one table per at_boundary value: kernels are looked up
+        # without wrapping them in a key tuple, one allocation fewer per lookup.
+        self._closures: tuple[dict, dict] = ({}, {})
         self._boundary: dict[int, int] = {}
         self._after_any: dict[int, int] = {}
         self._next_bytes: dict[int, bytes] = {}
@@ -788,23 +790,24 @@ class ByteAutomaton:
     def _close(self, kernel, at_boundary: bool) -> int:
         if not kernel:
             return DEAD
-        key = (frozenset(kernel), at_boundary)
-        cid = self._closures.get(key)
+        kernel_set = frozenset(kernel)
+        closures = self._closures[1 if at_boundary else 0]
+        cid = closures.get(kernel_set)
         if cid is not None:
             return cid
         nfa = self._nfa
         kind, out, arg = nfa.kind, nfa.out, nfa.arg
-        if len(key[0]) == 1:
+        if len(kernel_set) == 1:
             # Inside a literal the next position is a plain byte: it is its own closure.
-            (item,) = key[0]
+            (item,) = kernel_set
             if self._local_closure(item[0]) == (item[0],) and kind[item[0]] == _BYTE:
-                cid = self._closures[key] = self._intern(key[0])
+                cid = closures[kernel_set] = self._intern(kernel_set)
                 return cid
         text_mode = self._text_mode
         any_token_state = None if (at_boundary or text_mode) else PENDING
         items: set = set()
         seen: set = set()
-        work = list(key[0])
+        work = list(kernel_set)
         callers_self: dict = {}
         completed_self: dict = {}
         while work:
@@ -878,7 +881,7 @@ class ByteAutomaton:
                     "the grammar is too ambiguous for this input"
                 )
         cid = self._intern(frozenset(items)) if items else DEAD
-        self._closures[key] = cid
+        closures[kernel_set] = cid
         return cid
 
     def _intern(self, items: frozenset) -> int:
