@@ -344,7 +344,9 @@ class SurecallEngine(Engine):
         from surecall import grammar_from_schema
 
         try:
-            grammar = grammar_from_schema(json.loads(schema_text), whitespace="compact")
+            # Instances list their properties in any order; generation's default (the
+            # schema's order) would refuse valid documents that merely reorder them.
+            grammar = grammar_from_schema(json.loads(schema_text), whitespace="compact", property_order="any")
             return SurecallSession(self, grammar)
         except (ValueError, RecursionError) as error:
             raise CompileError(f"{type(error).__name__}: {error}") from error

@@ -167,3 +167,27 @@ def test_sentencepiece_with_byte_fallback():
     text = " Hello world 世"
     encoded = tokenizer.encode(text, add_special_tokens=False)
     assert b"".join(vocab.token_bytes(i) for i in encoded) == text.encode()
+
+
+# Wide states: the first byte leaves most tokens live, most first characters lead to a
+# state that loops on a token group (the walk decides those subtrees through the group)
+# while a few start known words; and a bounded run (a counted repetition).
+WIDE_PATTERNS = [
+    (r'(ab[0-9]*|name|[A-Za-z]+)"[0-9]', ["", "a", "n", "nam", "xy", "abc"]),
+    (r'"([^"\\]|\\n){0,40}"\}', ['"', '"hello', '"' + "x" * 30, '"' + "y" * 39]),
+]
+
+
+@pytest.mark.parametrize("pattern, prefixes", WIDE_PATTERNS)
+def test_wide_masks_equal_brute_force_on_smollm2(smollm2, vocab_dir, pattern, prefixes):
+    spec = importlib.util.spec_from_file_location("automaton_doubles", Path(__file__).with_name("automaton_doubles.py"))
+    doubles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(doubles)
+    vocab = TokenVocabulary.from_tokenizer(smollm2, cache_dir=vocab_dir)
+    grammar = Grammar.from_regex(pattern)
+    for prefix in prefixes:
+        matcher = Matcher(grammar, vocab)
+        if prefix:
+            assert matcher.advance_many(vocab.tokenize_bytes(prefix.encode())) != Status.REJECTED
+        expected = doubles.brute_force_allowed(grammar.automaton, vocab, matcher.config)
+        assert set(matcher.allowed_token_ids().tolist()) - vocab.eos_token_ids == expected, prefix
