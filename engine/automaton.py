@@ -37,9 +37,9 @@ product state is only kept if some byte string completes every operand at once, 
 an intersection never leaves the automaton in a state that cannot finish.
 
 Transitions are memoised in a dense ``int32`` table ``[configs, 256]`` (``-2`` = not
-computed) so that ``step_many`` is a numpy lookup that computes only unseen rows. Bytes
-are grouped into classes that no terminal distinguishes, so a row costs one closure per
-live class, not per byte.
+computed) so that ``step_many`` is a numpy lookup that computes only unseen entries. Bytes
+that scan the same items form one part of a row, computed with one closure when one of
+its bytes is first asked for; a whole row (``row``, ``next_bytes``) computes every part.
 """
 
 from __future__ import annotations
