@@ -964,18 +964,17 @@ class ByteAutomaton:
         with self._lock:
             if cid in self._complete:
                 return
-            scan = self._scans.get(cid)
-            if scan is None:
-                scan = self._scan(cid)
-                if scan is None or not scan[2][1]:
-                    # Rows by byte class (watches, intersections) and rows with no
-                    # consuming item are computed whole.
-                    self._compute_row_locked(cid)
-                    self._complete.add(cid)
-                    return
+            scan = self._scan(cid)
+            if scan is None or not scan[2][1]:
+                # Rows by byte class (watches, intersections) and rows with no
+                # consuming item are computed whole.
+                self._compute_row_locked(cid)
+                self._complete.add(cid)
+                return
+            by_mask, masks, (part_of_byte, parts, part_bytes, dead_bytes) = scan
+            if cid not in self._scans:
                 self._scans[cid] = scan
-                self._table[cid, scan[2][3]] = DEAD
-            by_mask, masks, (part_of_byte, parts, part_bytes, _dead) = scan
+                self._table[cid, dead_bytes] = DEAD
             for value in byte_values:
                 part = part_of_byte[value]
                 if part >= 0 and self._table[cid, value] == _UNKNOWN:

@@ -756,10 +756,9 @@ class Matcher(MatcherBase):
             start, end = int(child_start[node]), int(child_end[node])
             if start == end:
                 continue
-            if end - start <= _FEW_CHILDREN:
-                # Stepping a few children fills only their entries of the row.
-                reached = [(child, blob[child]) for child in range(start, end)]
-            elif len(following := next_bytes(config)) <= end - start:
+            # Stepping a few children fills only their entries of the row; below a
+            # wide node, the live bytes (the whole row) pick the children instead.
+            if end - start > _FEW_CHILDREN and len(following := next_bytes(config)) <= end - start:
                 reached = []
                 for value in following:
                     child = blob.find(bytes((value,)), start, end)
