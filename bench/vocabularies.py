@@ -85,7 +85,9 @@ def vocab_size(tokenizer) -> int:
 
 
 def encode(tokenizer, text: str) -> list[int]:
-    return tokenizer.encode(text, add_special_tokens=False)
+    # Text that spells a special token ("<|im_end|>") is still text: it must be encoded
+    # as ordinary tokens, which every engine's grammar can accept.
+    return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
 
 
 def _unicode_to_byte() -> dict[str, int]:

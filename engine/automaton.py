@@ -1136,6 +1136,13 @@ class ByteAutomaton:
             t = None
         return (nfa.out[p], o, frozenset(watch) if watch else None, t)
 
+    @property
+    def transition_table(self) -> np.ndarray:
+        """The successor table as filled so far: int32 rows of 256 bytes, one per
+        configuration, ``-2`` where an entry is not computed yet (``step_many`` computes
+        it). The array is replaced as the automaton grows: read it again after stepping."""
+        return self._table
+
     def row(self, config: int) -> np.ndarray:
         """The successor of ``config`` for every byte (a read-only view)."""
         if config not in self._complete:

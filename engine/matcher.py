@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from . import native
 from .errors import TokenBudgetError
 from .token_groups import group_tables_for, uniform_successor
 from .trie import distinct, pack_ids, unpack_ids, words_for
@@ -529,8 +530,13 @@ class Matcher(MatcherBase):
         rejected = [t for t in candidates.tolist() if check.feed(state, self.vocab.token_bytes(t)) is None]
         if not rejected:
             return ids, words
-        kept = np.setdiff1d(ids, np.asarray(rejected, dtype=np.int32)).astype(np.int32)
-        return kept, pack_ids(kept, self.vocab.size)
+        dropped = np.zeros(self.vocab.size, dtype=bool)
+        dropped[rejected] = True
+        # Clearing the rejected bits beats packing the kept ids again.
+        rejected_ids = np.asarray(rejected, dtype=np.uint32)
+        kept_words = words.copy()
+        np.bitwise_and.at(kept_words, rejected_ids >> 5, ~np.left_shift(np.uint32(1), rejected_ids & 31))
+        return ids[~dropped[ids]], kept_words
 
     def _accepts_token(self, token_id: int):
         new_state = super()._accepts_token(token_id)
@@ -651,6 +657,9 @@ class Matcher(MatcherBase):
         # A small group (spaces, digits) leaves most of the trie below its exits, which
         # the whole-level walk covers faster.
         small = found is None or found[0].member_count * _LARGE_GROUP_SHARE < len(trie.token_ids)
+        if small and self._native_walk_applies():
+            self._walk_native(np.zeros(1, dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
+            return None
         if small and self._walk_wide(config, id_parts, end_parts):
             return None
         if found is None:
@@ -717,6 +726,9 @@ class Matcher(MatcherBase):
 
     def _walk_levels(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list) -> None:
         """Advance (node, config) pairs level by level below ``nodes``, collecting tokens at live nodes."""
+        if self._native_walk_applies():
+            self._walk_native(nodes, configs, id_parts, end_parts)
+            return
         trie = self.vocab.trie
         step_many = self.automaton.step_many
         while len(nodes):
@@ -736,6 +748,27 @@ class Matcher(MatcherBase):
             if len(found):
                 id_parts.append(found)
                 end_parts.append(configs[at])
+
+    def _native_walk_applies(self) -> bool:
+        return native.walk is not None and hasattr(self.automaton, "transition_table")
+
+    def _walk_native(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list) -> None:
+        """The walk of ``_walk_levels`` in the native extension (entries the transition
+        table lacks are computed through ``automaton.step`` as the walk meets them)."""
+        trie = self.vocab.trie
+        ids, ends = native.walk(
+            self.automaton,
+            trie.child_start,
+            trie.child_end,
+            trie.byte,
+            trie.token_start,
+            trie.token_ids,
+            np.ascontiguousarray(nodes, dtype=np.int32),
+            np.ascontiguousarray(configs, dtype=np.int32),
+        )
+        if ids:
+            id_parts.append(np.frombuffer(ids, dtype=np.int32))
+            end_parts.append(np.frombuffer(ends, dtype=np.int32))
 
     def _walk_sparse(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list):
         """Depth-first walk below a few (node, config) pairs, one live byte at a time.

@@ -65,3 +65,14 @@ def test_importing_surecall_and_its_adapters_package_stays_light(tmp_path):
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))))"
     )
     assert _json_from(_run_python(code, cwd=tmp_path)) == []
+
+
+def test_native_walk_is_built_and_can_be_turned_off(tmp_path):
+    # The install builds the extension (a C compiler is part of the set-up); the
+    # environment switch leaves the numpy walk, which the engine tests compare with it.
+    code = "import json; from surecall.engine import native; print(json.dumps(native.AVAILABLE))"
+    assert _json_from(_run_python(code, cwd=tmp_path)) is True
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["SURECALL_NATIVE"] = "0"
+    completed = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert _json_from(completed) is False

@@ -283,3 +283,35 @@ def _boundary(automaton, config):
     if end != DEAD and not automaton.is_accepting(end) and not automaton.can_continue(end):
         return DEAD
     return end
+
+
+class LazyTableAutomaton(TableAutomaton):
+    """A TableAutomaton exposing ``transition_table`` as the real automaton does: entries
+    start unknown (-2) and are filled by ``step``, which moves the table to a new, larger
+    array every few fills (as the real one does when it grows)."""
+
+    UNKNOWN = -2
+
+    def __init__(self, edges, accepting, initial: int = 0, *, fail_on: tuple[int, int] | None = None):
+        super().__init__(edges, accepting, initial)
+        self._lazy = np.full(self.table.shape, self.UNKNOWN, dtype=np.int32)
+        self.fills = 0
+        self.fail_on = fail_on
+
+    @property
+    def transition_table(self) -> np.ndarray:
+        return self._lazy
+
+    def step(self, config: int, value: int) -> int:
+        if config == DEAD:
+            return DEAD
+        if (config, value) == self.fail_on:
+            raise RuntimeError(f"cannot compute the entry ({config}, {value})")
+        if self.fills % 7 == 0:
+            grown = np.full((self._lazy.shape[0] + 1, 256), self.UNKNOWN, dtype=np.int32)
+            grown[: self._lazy.shape[0]] = self._lazy
+            self._lazy = grown
+        self.fills += 1
+        found = int(self.table[config, value])
+        self._lazy[config, value] = found
+        return found

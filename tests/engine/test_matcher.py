@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from surecall.engine import native
 from surecall.engine.errors import TokenBudgetError
 from surecall.engine.matcher import Matcher, Status
 
@@ -59,6 +60,69 @@ def test_loop_groups_and_plain_walk_agree(vocab):
     order = np.argsort(plain_ids)
     assert np.array_equal(ids, plain_ids[order])
     assert np.array_equal(ends, np.concatenate(end_parts)[order])
+
+
+def _walk_result(matcher, config: int) -> dict[int, int]:
+    ids, ends, base = matcher._walk_all(config)
+    found = dict(zip(ids.tolist(), ends.tolist()))
+    assert len(found) == len(ids), "every token is reported once"
+    if base is not None:
+        found.update(dict.fromkeys(base[0].tolist(), base[2]))
+    return found
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+def test_native_walk_fills_a_lazy_table_that_moves_while_walking(vocab):
+    # The extension reads the automaton's table directly and asks ``step`` for the
+    # entries it lacks; the double moves its table to a new array every few fills.
+    reference = doubles.json_like_record()
+    lazy = doubles.LazyTableAutomaton(
+        {s: {v: int(t) for v, t in enumerate(row) if t != doubles.DEAD} for s, row in enumerate(reference.table)},
+        set(reference.accepting),
+    )
+    matcher = Matcher(doubles.FakeGrammar(lazy), vocab)
+    assert matcher._native_walk_applies()
+    text = '{"name": "héllo wörld 日本", "note": "x\\"y"}'.encode()
+    for token_id in vocab.tokenize_bytes(text):
+        expected = doubles.brute_force_allowed(reference, vocab, matcher.config)
+        assert set(matcher.allowed_token_ids().tolist()) == expected
+        assert matcher.advance(token_id) != Status.REJECTED
+    assert lazy.fills > 7 and matcher.is_accepting()
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+def test_native_walk_passes_on_errors_of_the_automaton(vocab):
+    reference = doubles.digits_then_letters()
+    edges = {s: {v: int(t) for v, t in enumerate(row) if t != doubles.DEAD} for s, row in enumerate(reference.table)}
+    failing = doubles.LazyTableAutomaton(edges, set(reference.accepting), fail_on=(1, ord("a")))
+    matcher = Matcher(doubles.FakeGrammar(failing), vocab)
+    walk(matcher, vocab, b"7")
+    with pytest.raises(RuntimeError, match="cannot compute the entry"):
+        matcher.allowed_token_ids()
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+def test_native_walk_rejects_malformed_arguments(vocab):
+    automaton = doubles.LazyTableAutomaton({0: {ord("a"): 0}}, {0})
+    trie = vocab.trie
+    args = [automaton, trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids]
+    with pytest.raises(ValueError, match="out of range"):
+        native.walk(*args, np.array([0], dtype=np.int32), np.array([5], dtype=np.int32))
+    with pytest.raises(ValueError, match="inconsistent lengths"):
+        native.walk(*args, np.array([0, 0], dtype=np.int32), np.array([0], dtype=np.int32))
+    with pytest.raises(ValueError, match="int32"):
+        native.walk(*args, np.array([0], dtype=np.int8), np.array([0], dtype=np.int32))
+
+
+@pytest.mark.parametrize("make", [doubles.json_like_record, doubles.digits_then_letters])
+def test_native_and_numpy_walks_agree(vocab, monkeypatch, make):
+    automaton = make()
+    grammar = doubles.FakeGrammar(automaton)
+    configs = [c for c in range(automaton.table.shape[0]) if automaton.can_continue(c)]
+    with_native = {c: _walk_result(Matcher(grammar, vocab), c) for c in configs}
+    monkeypatch.setattr(native, "walk", None)
+    for config in configs:
+        assert _walk_result(Matcher(grammar, vocab), config) == with_native[config], config
 
 
 def test_eos_allowed_exactly_when_accepting(vocab):

@@ -164,3 +164,33 @@ def test_budget_on_recursive_grammars(source, slack, data):
         assert matcher.advance(data.draw(st.sampled_from(allowed))) is not Status.REJECTED
     assert len([t for t in matcher.token_ids if t not in VOCAB.eos_token_ids]) <= budget
     assert grammar.accepts(matcher.text_bytes())
+
+
+@SETTINGS
+@given(regexes(), st.data())
+def test_native_and_numpy_walks_find_the_same_tokens(pattern, data):
+    from surecall.engine import native
+
+    grammar = Grammar.from_regex(pattern)
+    automaton = grammar.automaton
+    text = random_valid_bytes(automaton, data)
+    cut = data.draw(st.integers(0, len(text)))
+    config = automaton.initial
+    for value in text[:cut]:
+        config = automaton.step(config, value)
+    matcher = Matcher(grammar, VOCAB)
+
+    def walked() -> dict[int, int]:
+        ids, ends, base = matcher._walk_all(config)
+        found = dict(zip(ids.tolist(), ends.tolist()))
+        if base is not None:
+            found.update(dict.fromkeys(base[0].tolist(), base[2]))
+        return found
+
+    with_native = walked()
+    saved = native.walk
+    native.walk = None
+    try:
+        assert walked() == with_native
+    finally:
+        native.walk = saved

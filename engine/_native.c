@@ -1,0 +1,280 @@
+/* Native trie walk for the matcher (optional: without it the matcher walks with numpy).
+ *
+ * A mask is the set of tokens whose bytes the automaton can read from a configuration.
+ * The matcher finds them by walking the token trie while stepping the automaton's
+ * transition table. In Python that walk costs a few array operations per trie level or
+ * an interpreter round trip per node; here it is a table read per node.
+ *
+ * The automaton fills its table lazily: an entry not computed yet (-2) is asked of
+ * ``automaton.step(config, byte)``, which computes it in Python and may grow the table
+ * into a new array, so the table is read again from ``automaton.transition_table``.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEAD (-1)
+#define UNKNOWN (-2)
+#define ROW_WIDTH 256
+#define ROW_BYTES (ROW_WIDTH * (Py_ssize_t)sizeof(int32_t))
+
+typedef struct {
+    int32_t *data;
+    Py_ssize_t size;
+    Py_ssize_t capacity;
+} IntList;
+
+static int int_list_reserve(IntList *list, Py_ssize_t capacity) {
+    if (capacity <= list->capacity) {
+        return 0;
+    }
+    int32_t *grown = (int32_t *)realloc(list->data, (size_t)capacity * sizeof(int32_t));
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    list->data = grown;
+    list->capacity = capacity;
+    return 0;
+}
+
+/* Out of line: growing is the rare path of the walk's loop. */
+static __attribute__((noinline)) int int_list_grow(IntList *list, Py_ssize_t extra) {
+    Py_ssize_t needed = list->size + extra;
+    Py_ssize_t doubled = list->capacity ? list->capacity * 2 : 1024;
+    return int_list_reserve(list, doubled > needed ? doubled : needed);
+}
+
+/* Room for ``extra`` more values. */
+#define MAKE_ROOM(list, extra) \
+    ((list).size + (extra) <= (list).capacity ? 0 : int_list_grow(&(list), (extra)))
+
+static PyObject *int_list_to_bytes(const IntList *list) {
+    return PyBytes_FromStringAndSize((const char *)list->data, list->size * (Py_ssize_t)sizeof(int32_t));
+}
+
+static void int_list_free(IntList *list) {
+    free(list->data);
+    list->data = NULL;
+    list->size = list->capacity = 0;
+}
+
+static int get_int32_buffer(PyObject *object, Py_buffer *view, const char *name) {
+    if (PyObject_GetBuffer(object, view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    if (view->len % (Py_ssize_t)sizeof(int32_t) != 0) {
+        PyErr_Format(PyExc_ValueError, "walk: %s is not an array of int32", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* The automaton's current table; ``view`` is released first when it holds an older one. */
+static int refresh_table(PyObject *automaton, Py_buffer *view) {
+    PyObject *table = PyObject_GetAttrString(automaton, "transition_table");
+    if (table == NULL) {
+        return -1;
+    }
+    if (view->obj == table) {
+        Py_DECREF(table);
+        return 0;
+    }
+    if (view->obj != NULL) {
+        PyBuffer_Release(view);
+    }
+    int status = get_int32_buffer(table, view, "transition_table");
+    Py_DECREF(table);
+    if (status == 0 && view->len % ROW_BYTES != 0) {
+        PyErr_SetString(PyExc_ValueError, "walk: transition_table rows are not 256 entries wide");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return status;
+}
+
+/* ``step(config, value)`` computed by the automaton; UNKNOWN with an exception set on failure. */
+static int32_t compute_entry(PyObject *step, int32_t config, int32_t value) {
+    PyObject *found = PyObject_CallFunction(step, "ii", (int)config, (int)value);
+    if (found == NULL) {
+        return UNKNOWN;
+    }
+    long after = PyLong_AsLong(found);
+    Py_DECREF(found);
+    if (after == -1 && PyErr_Occurred()) {
+        return UNKNOWN;
+    }
+    if (after < DEAD || after > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "walk: automaton.step returned an invalid configuration");
+        return UNKNOWN;
+    }
+    return (int32_t)after;
+}
+
+PyDoc_STRVAR(walk_doc,
+"walk(automaton, child_start, child_end, node_byte, token_start, token_ids, start_nodes, start_configs)\n"
+"\n"
+"Walk the token trie level by level below each (start node, start configuration),\n"
+"stepping ``automaton.transition_table`` (int32 rows of 256: -1 dead, -2 not computed,\n"
+"then asked of ``automaton.step``). The trie arrays are int32 except ``node_byte``\n"
+"(uint8). Tokens at the start nodes themselves are not reported. Returns two bytes\n"
+"objects of int32 values: the token ids reached and the configuration after each.");
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *automaton, *child_start_obj, *child_end_obj, *node_byte_obj, *token_start_obj, *token_ids_obj;
+    PyObject *start_nodes_obj, *start_configs_obj;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO:walk", &automaton, &child_start_obj, &child_end_obj, &node_byte_obj,
+                          &token_start_obj, &token_ids_obj, &start_nodes_obj, &start_configs_obj)) {
+        return NULL;
+    }
+    Py_buffer table = {0}, child_start_view = {0}, child_end_view = {0}, node_byte_view = {0};
+    Py_buffer token_start_view = {0}, token_ids_view = {0}, start_nodes_view = {0}, start_configs_view = {0};
+    IntList ids = {0}, ends = {0}, frontier_nodes = {0}, frontier_configs = {0}, next_nodes = {0}, next_configs = {0};
+    PyObject *step = NULL, *result = NULL;
+
+    if (get_int32_buffer(child_start_obj, &child_start_view, "child_start") < 0 ||
+        get_int32_buffer(child_end_obj, &child_end_view, "child_end") < 0 ||
+        PyObject_GetBuffer(node_byte_obj, &node_byte_view, PyBUF_SIMPLE) < 0 ||
+        get_int32_buffer(token_start_obj, &token_start_view, "token_start") < 0 ||
+        get_int32_buffer(token_ids_obj, &token_ids_view, "token_ids") < 0 ||
+        get_int32_buffer(start_nodes_obj, &start_nodes_view, "start_nodes") < 0 ||
+        get_int32_buffer(start_configs_obj, &start_configs_view, "start_configs") < 0 ||
+        refresh_table(automaton, &table) < 0) {
+        goto done;
+    }
+    step = PyObject_GetAttrString(automaton, "step");
+    if (step == NULL) {
+        goto done;
+    }
+    const int32_t *child_start = (const int32_t *)child_start_view.buf;
+    const int32_t *child_end = (const int32_t *)child_end_view.buf;
+    const uint8_t *node_byte = (const uint8_t *)node_byte_view.buf;
+    const int32_t *token_start = (const int32_t *)token_start_view.buf;
+    const int32_t *token_ids = (const int32_t *)token_ids_view.buf;
+    const Py_ssize_t num_nodes = child_start_view.len / (Py_ssize_t)sizeof(int32_t);
+    const Py_ssize_t num_tokens = token_ids_view.len / (Py_ssize_t)sizeof(int32_t);
+    const Py_ssize_t num_starts = start_nodes_view.len / (Py_ssize_t)sizeof(int32_t);
+    if (child_end_view.len != child_start_view.len || node_byte_view.len != num_nodes ||
+        token_start_view.len != (num_nodes + 1) * (Py_ssize_t)sizeof(int32_t) ||
+        start_configs_view.len != start_nodes_view.len) {
+        PyErr_SetString(PyExc_ValueError, "walk: trie or start arrays of inconsistent lengths");
+        goto done;
+    }
+    const int32_t *start_nodes = (const int32_t *)start_nodes_view.buf;
+    const int32_t *start_configs = (const int32_t *)start_configs_view.buf;
+    Py_ssize_t num_rows = table.len / ROW_BYTES;
+    if (int_list_reserve(&frontier_nodes, num_starts + 1) < 0 || int_list_reserve(&frontier_configs, num_starts + 1) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < num_starts; i++) {
+        if (start_nodes[i] < 0 || start_nodes[i] >= num_nodes || start_configs[i] < 0 || start_configs[i] >= num_rows) {
+            PyErr_SetString(PyExc_ValueError, "walk: start node or configuration out of range");
+            goto done;
+        }
+        frontier_nodes.data[frontier_nodes.size++] = start_nodes[i];
+        frontier_configs.data[frontier_configs.size++] = start_configs[i];
+    }
+
+    /* Level by level: trie nodes are numbered breadth first with the children of a node
+     * contiguous, so a level's frontier, kept in node order, reads the trie arrays front
+     * to back instead of jumping around them as a depth-first walk would. */
+    if (int_list_reserve(&ids, 4096) < 0 || int_list_reserve(&ends, 4096) < 0 ||
+        int_list_reserve(&next_nodes, 1024) < 0 || int_list_reserve(&next_configs, 1024) < 0) {
+        goto done;
+    }
+    while (frontier_nodes.size) {
+        next_nodes.size = next_configs.size = 0;
+        for (Py_ssize_t i = 0; i < frontier_nodes.size; i++) {
+            const int32_t node = frontier_nodes.data[i];
+            const int32_t config = frontier_configs.data[i];
+            const int32_t *row = (const int32_t *)table.buf + (Py_ssize_t)config * ROW_WIDTH;
+            const int32_t children_end = child_end[node];
+            if (MAKE_ROOM(next_nodes, children_end - child_start[node]) < 0 ||
+                MAKE_ROOM(next_configs, children_end - child_start[node]) < 0) {
+                goto done;
+            }
+            for (int32_t child = child_start[node]; child < children_end; child++) {
+                const uint8_t value = node_byte[child];
+                int32_t after = row[value];
+                if (after == UNKNOWN) {
+                    after = compute_entry(step, config, value);
+                    if (after == UNKNOWN || refresh_table(automaton, &table) < 0) {
+                        goto done;
+                    }
+                    num_rows = table.len / ROW_BYTES;
+                    row = (const int32_t *)table.buf + (Py_ssize_t)config * ROW_WIDTH;
+                }
+                if (after == DEAD) {
+                    continue;
+                }
+                if ((uint32_t)after >= (uint32_t)num_rows) {
+                    PyErr_SetString(PyExc_ValueError, "walk: transition table holds an out-of-range configuration");
+                    goto done;
+                }
+                const int32_t first = token_start[child], last = token_start[child + 1];
+                if (first < last) {
+                    if (first < 0 || last > num_tokens) {
+                        PyErr_SetString(PyExc_ValueError, "walk: token_start out of range");
+                        goto done;
+                    }
+                    if (MAKE_ROOM(ids, last - first) < 0 || MAKE_ROOM(ends, last - first) < 0) {
+                        goto done;
+                    }
+                    for (int32_t k = first; k < last; k++) {
+                        ids.data[ids.size++] = token_ids[k];
+                        ends.data[ends.size++] = after;
+                    }
+                }
+                if (child_start[child] < child_end[child]) {
+                    next_nodes.data[next_nodes.size++] = child;
+                    next_configs.data[next_configs.size++] = after;
+                }
+            }
+        }
+        IntList swap = frontier_nodes;
+        frontier_nodes = next_nodes;
+        next_nodes = swap;
+        swap = frontier_configs;
+        frontier_configs = next_configs;
+        next_configs = swap;
+    }
+    PyObject *id_bytes = int_list_to_bytes(&ids);
+    PyObject *end_bytes = id_bytes == NULL ? NULL : int_list_to_bytes(&ends);
+    if (end_bytes != NULL) {
+        result = PyTuple_Pack(2, id_bytes, end_bytes);
+    }
+    Py_XDECREF(id_bytes);
+    Py_XDECREF(end_bytes);
+
+done:
+    Py_XDECREF(step);
+    Py_buffer *views[] = {&table, &child_start_view, &child_end_view, &node_byte_view,
+                          &token_start_view, &token_ids_view, &start_nodes_view, &start_configs_view};
+    for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
+        if (views[i]->obj != NULL) {
+            PyBuffer_Release(views[i]);
+        }
+    }
+    int_list_free(&ids);
+    int_list_free(&ends);
+    int_list_free(&frontier_nodes);
+    int_list_free(&frontier_configs);
+    int_list_free(&next_nodes);
+    int_list_free(&next_configs);
+    return result;
+}
+
+static PyMethodDef native_methods[] = {
+    {"walk", walk, METH_VARARGS, walk_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "_native", "Native trie walk for surecall's matcher.", -1, native_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&native_module); }
