@@ -220,6 +220,16 @@ def sample_vocabulary(extra_logits: int = 0):
     return TokenVocabulary(table, special_ids={0, 1, 2}, eos_token_ids={0, 1}, size=len(table) + extra_logits)
 
 
+def walked_tokens(matcher, config: int) -> dict[int, int]:
+    """Token id -> configuration after it, as the matcher's trie walk finds them at ``config``."""
+    ids, ends, base = matcher._walk_all(config)
+    found = dict(zip(ids.tolist(), ends.tolist()))
+    assert len(found) == len(ids), "every token is reported once"
+    if base is not None:
+        found.update(dict.fromkeys(base[0].tolist(), base[2]))
+    return found
+
+
 def brute_force_allowed(automaton, vocab, config) -> set[int]:
     """Allowed text tokens by stepping every token of the vocabulary (the reference for masks)."""
     allowed = set()

@@ -62,15 +62,6 @@ def test_loop_groups_and_plain_walk_agree(vocab):
     assert np.array_equal(ends, np.concatenate(end_parts)[order])
 
 
-def _walk_result(matcher, config: int) -> dict[int, int]:
-    ids, ends, base = matcher._walk_all(config)
-    found = dict(zip(ids.tolist(), ends.tolist()))
-    assert len(found) == len(ids), "every token is reported once"
-    if base is not None:
-        found.update(dict.fromkeys(base[0].tolist(), base[2]))
-    return found
-
-
 @pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
 def test_native_walk_fills_a_lazy_table_that_moves_while_walking(vocab):
     # The extension reads the automaton's table directly and asks ``step`` for the
@@ -119,10 +110,10 @@ def test_native_and_numpy_walks_agree(vocab, monkeypatch, make):
     automaton = make()
     grammar = doubles.FakeGrammar(automaton)
     configs = [c for c in range(automaton.table.shape[0]) if automaton.can_continue(c)]
-    with_native = {c: _walk_result(Matcher(grammar, vocab), c) for c in configs}
+    with_native = {c: doubles.walked_tokens(Matcher(grammar, vocab), c) for c in configs}
     monkeypatch.setattr(native, "walk", None)
     for config in configs:
-        assert _walk_result(Matcher(grammar, vocab), config) == with_native[config], config
+        assert doubles.walked_tokens(Matcher(grammar, vocab), config) == with_native[config], config
 
 
 def test_eos_allowed_exactly_when_accepting(vocab):

@@ -174,23 +174,11 @@ def test_native_and_numpy_walks_find_the_same_tokens(pattern, data):
     grammar = Grammar.from_regex(pattern)
     automaton = grammar.automaton
     text = random_valid_bytes(automaton, data)
-    cut = data.draw(st.integers(0, len(text)))
-    config = automaton.initial
-    for value in text[:cut]:
-        config = automaton.step(config, value)
+    config = automaton.step_bytes(automaton.initial, text[: data.draw(st.integers(0, len(text)))])
     matcher = Matcher(grammar, VOCAB)
-
-    def walked() -> dict[int, int]:
-        ids, ends, base = matcher._walk_all(config)
-        found = dict(zip(ids.tolist(), ends.tolist()))
-        if base is not None:
-            found.update(dict.fromkeys(base[0].tolist(), base[2]))
-        return found
-
-    with_native = walked()
-    saved = native.walk
-    native.walk = None
+    with_native = doubles.walked_tokens(matcher, config)
+    saved, native.walk = native.walk, None
     try:
-        assert walked() == with_native
+        assert doubles.walked_tokens(matcher, config) == with_native
     finally:
         native.walk = saved
