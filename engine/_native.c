@@ -51,10 +51,6 @@ static __attribute__((noinline)) int int_list_grow(IntList *list, Py_ssize_t ext
 #define MAKE_ROOM(list, extra) \
     ((list).size + (extra) <= (list).capacity ? 0 : int_list_grow(&(list), (extra)))
 
-static PyObject *int_list_to_bytes(const IntList *list) {
-    return PyBytes_FromStringAndSize((const char *)list->data, list->size * (Py_ssize_t)sizeof(int32_t));
-}
-
 static void int_list_free(IntList *list) {
     free(list->data);
     list->data = NULL;
@@ -115,25 +111,29 @@ static int32_t compute_entry(PyObject *step, int32_t config, int32_t value) {
 }
 
 PyDoc_STRVAR(walk_doc,
-"walk(automaton, child_start, child_end, node_byte, token_start, token_ids, start_nodes, start_configs)\n"
+"walk(automaton, child_start, child_end, node_byte, token_start, token_ids, start_nodes, start_configs,\n"
+"     out_ids, out_ends)\n"
 "\n"
 "Walk the token trie level by level below each (start node, start configuration),\n"
 "stepping ``automaton.transition_table`` (int32 rows of 256: -1 dead, -2 not computed,\n"
 "then asked of ``automaton.step``). The trie arrays are int32 except ``node_byte``\n"
-"(uint8). Tokens at the start nodes themselves are not reported. Returns two bytes\n"
-"objects of int32 values: the token ids reached and the configuration after each.");
+"(uint8). Tokens at the start nodes themselves are not reported. The token ids reached\n"
+"and the configuration after each are written to the writable int32 buffers ``out_ids``\n"
+"and ``out_ends``; returns how many (OverflowError when they hold too few).");
 
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *automaton, *child_start_obj, *child_end_obj, *node_byte_obj, *token_start_obj, *token_ids_obj;
     PyObject *start_nodes_obj, *start_configs_obj;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO:walk", &automaton, &child_start_obj, &child_end_obj, &node_byte_obj,
-                          &token_start_obj, &token_ids_obj, &start_nodes_obj, &start_configs_obj)) {
+    Py_buffer out_ids = {0}, out_ends = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOw*w*:walk", &automaton, &child_start_obj, &child_end_obj, &node_byte_obj,
+                          &token_start_obj, &token_ids_obj, &start_nodes_obj, &start_configs_obj, &out_ids,
+                          &out_ends)) {
         return NULL;
     }
     Py_buffer table = {0}, child_start_view = {0}, child_end_view = {0}, node_byte_view = {0};
     Py_buffer token_start_view = {0}, token_ids_view = {0}, start_nodes_view = {0}, start_configs_view = {0};
-    IntList ids = {0}, ends = {0}, frontier_nodes = {0}, frontier_configs = {0}, next_nodes = {0}, next_configs = {0};
+    IntList frontier_nodes = {0}, frontier_configs = {0}, next_nodes = {0}, next_configs = {0};
     PyObject *step = NULL, *result = NULL;
 
     if (get_int32_buffer(child_start_obj, &child_start_view, "child_start") < 0 ||
@@ -158,6 +158,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     const Py_ssize_t num_nodes = child_start_view.len / (Py_ssize_t)sizeof(int32_t);
     const Py_ssize_t num_tokens = token_ids_view.len / (Py_ssize_t)sizeof(int32_t);
     const Py_ssize_t num_starts = start_nodes_view.len / (Py_ssize_t)sizeof(int32_t);
+    int32_t *ids = (int32_t *)out_ids.buf, *ends = (int32_t *)out_ends.buf;
+    const Py_ssize_t room = (out_ids.len < out_ends.len ? out_ids.len : out_ends.len) / (Py_ssize_t)sizeof(int32_t);
+    Py_ssize_t found = 0;
     if (child_end_view.len != child_start_view.len || node_byte_view.len != num_nodes ||
         token_start_view.len != (num_nodes + 1) * (Py_ssize_t)sizeof(int32_t) ||
         start_configs_view.len != start_nodes_view.len) {
@@ -182,8 +185,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     /* Level by level: trie nodes are numbered breadth first with the children of a node
      * contiguous, so a level's frontier, kept in node order, reads the trie arrays front
      * to back instead of jumping around them as a depth-first walk would. */
-    if (int_list_reserve(&ids, 4096) < 0 || int_list_reserve(&ends, 4096) < 0 ||
-        int_list_reserve(&next_nodes, 1024) < 0 || int_list_reserve(&next_configs, 1024) < 0) {
+    if (int_list_reserve(&next_nodes, 1024) < 0 || int_list_reserve(&next_configs, 1024) < 0) {
         goto done;
     }
     while (frontier_nodes.size) {
@@ -221,12 +223,13 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                         PyErr_SetString(PyExc_ValueError, "walk: token_start out of range");
                         goto done;
                     }
-                    if (MAKE_ROOM(ids, last - first) < 0 || MAKE_ROOM(ends, last - first) < 0) {
+                    if (found + (last - first) > room) {
+                        PyErr_SetString(PyExc_OverflowError, "walk: more tokens found than the output arrays hold");
                         goto done;
                     }
                     for (int32_t k = first; k < last; k++) {
-                        ids.data[ids.size++] = token_ids[k];
-                        ends.data[ends.size++] = after;
+                        ids[found] = token_ids[k];
+                        ends[found++] = after;
                     }
                 }
                 if (child_start[child] < child_end[child]) {
@@ -242,25 +245,18 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         frontier_configs = next_configs;
         next_configs = swap;
     }
-    PyObject *id_bytes = int_list_to_bytes(&ids);
-    PyObject *end_bytes = id_bytes == NULL ? NULL : int_list_to_bytes(&ends);
-    if (end_bytes != NULL) {
-        result = PyTuple_Pack(2, id_bytes, end_bytes);
-    }
-    Py_XDECREF(id_bytes);
-    Py_XDECREF(end_bytes);
+    result = PyLong_FromSsize_t(found);
 
 done:
     Py_XDECREF(step);
     Py_buffer *views[] = {&table, &child_start_view, &child_end_view, &node_byte_view,
-                          &token_start_view, &token_ids_view, &start_nodes_view, &start_configs_view};
+                          &token_start_view, &token_ids_view, &start_nodes_view, &start_configs_view,
+                          &out_ids, &out_ends};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
         if (views[i]->obj != NULL) {
             PyBuffer_Release(views[i]);
         }
     }
-    int_list_free(&ids);
-    int_list_free(&ends);
     int_list_free(&frontier_nodes);
     int_list_free(&frontier_configs);
     int_list_free(&next_nodes);

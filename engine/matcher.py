@@ -439,6 +439,24 @@ def _as_token_id(token_id) -> int:
         raise TypeError(f"token id must be an integer, not {token_id!r}") from None
 
 
+def _joined(parts: list) -> np.ndarray:
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+_WALK_OUTPUT = threading.local()
+
+
+def _walk_output(room: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-thread output arrays of the native walk, reused so that a walk over the whole
+    vocabulary does not fault in fresh pages for its results on every mask."""
+    buffers = getattr(_WALK_OUTPUT, "buffers", None)
+    if buffers is None or len(buffers[0]) < room:
+        buffers = _WALK_OUTPUT.buffers = (np.empty(room, dtype=np.int32), np.empty(room, dtype=np.int32))
+    return buffers
+
+
 # --------------------------------------------------------------------------
 class _AutomatonTables:
     """Per (automaton, vocabulary) state shared by all matchers: masks and token-path costs."""
@@ -644,8 +662,8 @@ class Matcher(MatcherBase):
             end_parts.append(np.full(len(base[0]), base[2], dtype=np.int32))
             base = None
         # Each token ends at exactly one trie node, so the ids found are distinct.
-        ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.int32)
-        ends = np.concatenate(end_parts) if end_parts else np.zeros(0, dtype=np.int32)
+        ids = _joined(id_parts)
+        ends = _joined(end_parts)
         if self._hooks:
             ids, ends = self._apply_token_hooks(config, ids, ends)
         return ids.astype(np.int32, copy=False), ends.astype(np.int32, copy=False), base
@@ -756,19 +774,29 @@ class Matcher(MatcherBase):
         """The walk of ``_walk_levels`` in the native extension (entries the transition
         table lacks are computed through ``automaton.step`` as the walk meets them)."""
         trie = self.vocab.trie
-        ids, ends = native.walk(
-            self.automaton,
-            trie.child_start,
-            trie.child_end,
-            trie.byte,
-            trie.token_start,
-            trie.token_ids,
-            np.ascontiguousarray(nodes, dtype=np.int32),
-            np.ascontiguousarray(configs, dtype=np.int32),
-        )
-        if ids:
-            id_parts.append(np.frombuffer(ids, dtype=np.int32))
-            end_parts.append(np.frombuffer(ends, dtype=np.int32))
+        room = len(trie.token_ids)
+        while True:
+            out_ids, out_ends = _walk_output(room)
+            try:
+                found = native.walk(
+                    self.automaton,
+                    trie.child_start,
+                    trie.child_end,
+                    trie.byte,
+                    trie.token_start,
+                    trie.token_ids,
+                    np.ascontiguousarray(nodes, dtype=np.int32),
+                    np.ascontiguousarray(configs, dtype=np.int32),
+                    out_ids,
+                    out_ends,
+                )
+                break
+            except OverflowError:
+                # Start nodes inside each other's subtrees report a token more than once.
+                room *= 2
+        if found:
+            id_parts.append(out_ids[:found].copy())
+            end_parts.append(out_ends[:found].copy())
 
     def _walk_sparse(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list):
         """Depth-first walk below a few (node, config) pairs, one live byte at a time.

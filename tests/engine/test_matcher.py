@@ -94,15 +94,23 @@ def test_native_walk_passes_on_errors_of_the_automaton(vocab):
 
 @pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
 def test_native_walk_rejects_malformed_arguments(vocab):
-    automaton = doubles.LazyTableAutomaton({0: {ord("a"): 0}}, {0})
+    automaton = doubles.LazyTableAutomaton({0: dict.fromkeys(range(256), 0)}, {0})  # any bytes
     trie = vocab.trie
     args = [automaton, trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids]
+    room = len(trie.token_ids)
+    out = [np.empty(room, dtype=np.int32), np.empty(room, dtype=np.int32)]
     with pytest.raises(ValueError, match="out of range"):
-        native.walk(*args, np.array([0], dtype=np.int32), np.array([5], dtype=np.int32))
+        native.walk(*args, np.array([0], dtype=np.int32), np.array([5], dtype=np.int32), *out)
     with pytest.raises(ValueError, match="inconsistent lengths"):
-        native.walk(*args, np.array([0, 0], dtype=np.int32), np.array([0], dtype=np.int32))
+        native.walk(*args, np.array([0, 0], dtype=np.int32), np.array([0], dtype=np.int32), *out)
     with pytest.raises(ValueError, match="int32"):
-        native.walk(*args, np.array([0], dtype=np.int8), np.array([0], dtype=np.int32))
+        native.walk(*args, np.array([0], dtype=np.int8), np.array([0], dtype=np.int32), *out)
+    # The root twice reports every token twice: more than the output arrays hold.
+    twice = np.array([0, 0], dtype=np.int32)
+    with pytest.raises(OverflowError):
+        native.walk(*args, twice, twice, *out)
+    found = native.walk(*args, twice, twice, np.empty(2 * room, dtype=np.int32), np.empty(2 * room, dtype=np.int32))
+    assert found == 2 * len(trie.token_ids)
 
 
 @pytest.mark.parametrize("make", [doubles.json_like_record, doubles.digits_then_letters])
