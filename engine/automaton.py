@@ -369,6 +369,9 @@ class _NfaBuilder:
             nfa.useful = _co_accessible(nfa, nfa.reverse_graph())
         else:
             nfa.useful = [True] * len(nfa.kind)
+        # Epsilon targets were lists while the positions were wired; as tuples of ints the
+        # garbage collector stops tracking them (tens of thousands in a large grammar).
+        nfa.out = [tuple(target) if type(target) is list else target for target in nfa.out]
         return nfa
 
     def _new(self, kind: int, mask: int = 0, out=None, arg: int = -1) -> int:
@@ -973,7 +976,11 @@ class ByteAutomaton:
                 return
             by_mask, masks, (part_of_byte, parts, part_bytes, dead_bytes) = scan
             if cid not in self._scans:
-                self._scans[cid] = scan
+                # Kept until the row is complete: as tuples of plain values, which the
+                # garbage collector stops tracking, unlike lists.
+                by_mask = {mask: tuple(items) for mask, items in by_mask.items()}
+                masks = tuple(masks)
+                self._scans[cid] = (by_mask, masks, scan[2])
                 self._table[cid, dead_bytes] = DEAD
             for value in byte_values:
                 part = part_of_byte[value]
