@@ -676,7 +676,8 @@ class Matcher(MatcherBase):
         # the whole-level walk covers faster.
         small = found is None or found[0].member_count * _LARGE_GROUP_SHARE < len(trie.token_ids)
         if small and self._native_walk_applies():
-            self._walk_native(np.zeros(1, dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
+            # The native walk beats the whole-level numpy walk; _walk_levels dispatches to it.
+            self._walk_levels(np.zeros(1, dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
             return None
         if small and self._walk_wide(config, id_parts, end_parts):
             return None
