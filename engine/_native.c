@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_native.h"
+
 #define DEAD (-1)
 #define UNKNOWN (-2)
 #define ROW_WIDTH 256
@@ -266,11 +268,14 @@ done:
 
 static PyMethodDef native_methods[] = {
     {"walk", walk, METH_VARARGS, walk_doc},
+    {"nfa_tables", nfa_tables, METH_VARARGS, nfa_tables_doc},
+    {"close", close_items, METH_VARARGS, close_doc},
+    {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef native_module = {
-    PyModuleDef_HEAD_INIT, "_native", "Native trie walk for surecall's matcher.", -1, native_methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_native", "Native trie walk and parse-state building for surecall's engine.", -1, native_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&native_module); }

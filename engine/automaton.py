@@ -51,6 +51,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import native
 from .errors import GrammarError
 from .ir import (
     MAX_CODE_POINT,
@@ -673,6 +674,12 @@ def build_nfa(rules: dict[str, Node], start: str) -> _Nfa:
     return _NfaBuilder(rules, start).build(start)
 
 
+def _too_many_items() -> GrammarError:
+    return GrammarError(
+        f"parse state too large (more than {MAX_ITEMS_PER_CONFIG} items): the grammar is too ambiguous for this input"
+    )
+
+
 def _grouped_pairs(pairs: np.ndarray):
     """(config, its bytes) from sorted ``config * 256 + byte`` keys."""
     configs = (pairs >> 8).tolist()
@@ -725,6 +732,7 @@ class ByteAutomaton:
         self._min_bytes: dict[int, int] = {}
         self._heuristic_data = None
         self._prepare_classes()
+        self._native = self._native_tables()
         self.initial = self._close([(nfa.root, None, None, None)], True)
         if self.initial == DEAD:
             # Rule checks already exclude unproductive rules; this is what they cannot
@@ -768,6 +776,19 @@ class ByteAutomaton:
             if mask and kind in _CONSUMING
         }
 
+    def _native_tables(self):
+        """The NFA as C arrays for ``native.states``, or None without the extension."""
+        if native.states is None:
+            return None
+        nfa = self._nfa
+        scans = bytearray(len(nfa.kind))
+        for p in self._classes_of:
+            scans[p] = 1
+        limited = [limit is not None for limit in nfa.except_limit]
+        return native.states.nfa_tables(
+            nfa.kind, nfa.out, nfa.arg, nfa.useful, bytes(scans), nfa.rule_start, nfa.counters, limited, PENDING
+        )
+
     # -- closure ----------------------------------------------------------------------
     def _local_closure(self, p: int) -> tuple[int, ...]:
         """Non-epsilon positions reachable from ``p`` through epsilon positions."""
@@ -798,14 +819,31 @@ class ByteAutomaton:
         cid = closures.get(kernel_set)
         if cid is not None:
             return cid
-        nfa = self._nfa
-        kind, out, arg = nfa.kind, nfa.out, nfa.arg
         if len(kernel_set) == 1:
+            kind = self._nfa.kind
             # Inside a literal the next position is a plain byte: it is its own closure.
             (item,) = kernel_set
             if self._local_closure(item[0]) == (item[0],) and kind[item[0]] == _BYTE:
                 cid = closures[kernel_set] = self._intern(kernel_set)
                 return cid
+        items = None
+        if self._native is not None:
+            items = native.states.close(
+                self._native, kernel_set, at_boundary, self._text_mode, self._callers, MAX_ITEMS_PER_CONFIG
+            )
+            if type(items) is int:
+                raise _too_many_items()
+        if items is None:
+            items = self._close_items(kernel_set, at_boundary)
+        cid = self._intern(items) if items else DEAD
+        closures[kernel_set] = cid
+        return cid
+
+    def _close_items(self, kernel_set: frozenset, at_boundary: bool) -> frozenset:
+        """The items of the closure of ``kernel_set`` (``native.states.close`` does the
+        same in C, except for intersections)."""
+        nfa = self._nfa
+        kind, out, arg = nfa.kind, nfa.out, nfa.arg
         text_mode = self._text_mode
         any_token_state = None if (at_boundary or text_mode) else PENDING
         items: set = set()
@@ -879,13 +917,8 @@ class ByteAutomaton:
                 else:  # _EX_EXIT
                     work.append((out[q], o, w, None))
             if len(items) > MAX_ITEMS_PER_CONFIG:
-                raise GrammarError(
-                    f"parse state too large (more than {MAX_ITEMS_PER_CONFIG} items): "
-                    "the grammar is too ambiguous for this input"
-                )
-        cid = self._intern(frozenset(items)) if items else DEAD
-        closures[kernel_set] = cid
-        return cid
+                raise _too_many_items()
+        return frozenset(items)
 
     def _intern(self, items: frozenset) -> int:
         cid = self._index.get(items)
@@ -976,9 +1009,7 @@ class ByteAutomaton:
                 return
             by_mask, masks, (part_of_byte, parts, part_bytes, dead_bytes) = scan
             if cid not in self._scans:
-                # Kept until the row is complete: as tuples of plain values, which the
-                # garbage collector stops tracking, unlike lists.
-                by_mask = {mask: tuple(items) for mask, items in by_mask.items()}
+                # Kept until the row is complete (as tuples, see _plain_scans).
                 masks = tuple(masks)
                 self._scans[cid] = (by_mask, masks, scan[2])
                 self._table[cid, dead_bytes] = DEAD
@@ -1018,10 +1049,12 @@ class ByteAutomaton:
         self._partitions[tuple(masks)] = found
         return found
 
-    def _plain_scans(self, cid: int) -> dict[int, list] | None:
+    def _plain_scans(self, cid: int) -> dict[int, tuple] | None:
         """Items after one byte, by the byte set that scans them, when that is all a row
         needs (no ``except!`` watches or intersections); else None."""
         nfa = self._nfa
+        if self._native is not None:
+            return native.states.plain_scans(self._native, self._configs[cid], cid, nfa.mask)
         kind, out, arg, mask_of = nfa.kind, nfa.out, nfa.arg, nfa.mask
         classes_of = self._classes_of
         by_mask: dict[int, list] = {}
@@ -1043,7 +1076,9 @@ class ByteAutomaton:
             if found is None:
                 found = by_mask[mask_of[p]] = []
             found.append((out[p], o, None, t))
-        return by_mask
+        # Tuples: rows keep these until complete, and the garbage collector stops
+        # tracking tuples of plain values, unlike lists.
+        return {mask: tuple(scanned) for mask, scanned in by_mask.items()}
 
     def _bytes_of(self, bits: int) -> np.ndarray:
         found = self._byte_sets.get(bits)

@@ -1,7 +1,9 @@
-"""The optional native trie walk (``_native.c``) and whether this install has it.
+"""The optional native code (``_native*.c``) and whether this install has it.
 
-The extension is built when the package is installed with a C compiler at hand; without
-one the matcher walks the trie with numpy, which gives the same masks more slowly.
+``walk`` is the matcher's trie walk; ``states`` the automaton's closure and row scan
+(``nfa_tables``, ``close``, ``plain_scans``). The extension is built when the package is
+installed with a C compiler at hand; without one the matcher walks the trie with numpy
+and the automaton builds its states in Python, with the same results, more slowly.
 Setting ``SURECALL_NATIVE=0`` in the environment turns the extension off.
 """
 
@@ -16,3 +18,4 @@ except ImportError:  # built without a C compiler, or from a source tree never i
 
 AVAILABLE = _native is not None and os.environ.get("SURECALL_NATIVE", "1") != "0"
 walk = _native.walk if AVAILABLE else None
+states = _native if AVAILABLE else None

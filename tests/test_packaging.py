@@ -67,10 +67,15 @@ def test_importing_surecall_and_its_adapters_package_stays_light(tmp_path):
     assert _json_from(_run_python(code, cwd=tmp_path)) == []
 
 
-def test_native_walk_is_built_and_can_be_turned_off(tmp_path):
+def test_native_code_is_built_and_can_be_turned_off(tmp_path):
     # The install builds the extension (a C compiler is part of the set-up); the
-    # environment switch leaves the numpy walk, which the engine tests compare with it.
-    code = "import json; from surecall.engine import native; print(json.dumps(native.AVAILABLE))"
+    # environment switch leaves the numpy walk and the Python state building, which the
+    # engine tests compare with it.
+    code = (
+        "import json; from surecall.engine import native; from surecall.engine.grammar import Grammar\n"
+        "automaton = Grammar.from_ebnf(\"start ::= 'a'+;\").automaton\n"
+        "print(json.dumps(native.AVAILABLE and native.walk is not None and automaton._native is not None))"
+    )
     assert _json_from(_run_python(code, cwd=tmp_path)) is True
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["SURECALL_NATIVE"] = "0"

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from surecall.engine import automaton as automaton_module
+from surecall.engine import native
 from surecall.engine.automaton import DEAD, utf8_sequences
 from surecall.engine.errors import GrammarError
 from surecall.engine.grammar import Grammar
@@ -396,3 +397,21 @@ def test_counted_repetition_keeps_one_copy_of_its_body():
     grammar = Grammar({"start": seq(literal("<"), repeat(chars([(0x61, 0x7A), (0xE9, 0xE9)]), 3, 5000), literal(">"))})
     for count, expected in ((2, False), (3, True), (4999, True), (5000, True), (5001, False)):
         assert grammar.accepts("<" + "é" * count + ">") == expected, count
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_state_functions_refuse_malformed_arguments():
+    automaton = Grammar.from_ebnf("start ::= 'a'+ 'b';").automaton
+    states, tables = native.states, automaton._native
+    with pytest.raises(ValueError, match="different lengths"):
+        states.nfa_tables([0], [1, 2], [0], [True], b"\x00", [], [], [], "pending")
+    with pytest.raises(ValueError, match="out-of-range"):
+        states.nfa_tables([0], [5], [-1], [True], b"\x01", [], [], [], "pending")
+    with pytest.raises(ValueError):
+        states.close(tables, frozenset({(10**6, None, None, None)}), True, False, automaton._callers, 100)
+    with pytest.raises(ValueError, match="4-tuple"):
+        states.plain_scans(tables, frozenset({("x",)}), 0, automaton._nfa.mask)
+    with pytest.raises(ValueError):
+        states.close("not tables", frozenset(), True, False, [], 10)
+    # The automaton still works after the refusals.
+    assert automaton.step_bytes(automaton.initial, b"aab") != DEAD

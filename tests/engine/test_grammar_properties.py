@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from surecall.engine.automaton import DEAD
+from surecall.engine import native
+from surecall.engine.automaton import DEAD, ByteAutomaton, build_nfa
 from surecall.engine.errors import GrammarError
 from surecall.engine.grammar import AUTOMATON_CACHE_SIZE, Grammar, clear_automaton_cache
 from surecall.engine.ir import NOTHING, Alt, AnyToken, Bytes, ByteSet, Except, Ref, Repeat, Seq, alt, literal, seq, star
@@ -203,6 +204,69 @@ def test_random_grammars_agree_with_a_reference_recogniser(rule_bodies, texts):
     for text in texts:
         data = text.encode()
         assert grammar.accepts(data) == reference_accepts(rules, "r0", data), (rules, text)
+
+
+
+def _items_along(automaton, data: bytes) -> list:
+    """The item sets of the configurations along ``data`` (ids can differ between builds)."""
+    config, found = automaton.initial, [automaton._configs[automaton.initial]]
+    for value in data:
+        config = automaton.step(config, value)
+        found.append(None if config == DEAD else automaton._configs[config])
+        if config == DEAD:
+            break
+    return found
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rule_bodies=st.lists(bodies, min_size=len(RULE_NAMES), max_size=len(RULE_NAMES)),
+    texts=st.lists(st.text(alphabet="ab", max_size=8), min_size=1, max_size=6),
+    text_mode=st.booleans(),
+)
+def test_native_state_building_matches_python(rule_bodies, texts, text_mode):
+    rules = dict(zip(RULE_NAMES, rule_bodies))
+    try:
+        built, python_only = _python_and_native_automata(rules, "r0", text_mode)
+    except GrammarError:
+        reject()
+    for text in texts:
+        data = text.encode()
+        assert _items_along(built, data) == _items_along(python_only, data), (rules, text)
+
+
+
+def _python_and_native_automata(rules: dict, start: str, text_mode: bool = False):
+    nfa = build_nfa(rules, start)
+    built = ByteAutomaton(nfa, text_mode=text_mode)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native, "states", None)
+        python_only = ByteAutomaton(nfa, text_mode=text_mode)
+    assert built._native is not None and python_only._native is None
+    return built, python_only
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(choices=st.lists(st.integers(0, 1_000), max_size=60), text_mode=st.booleans())
+def test_native_state_building_matches_python_on_named_grammars(name, choices, text_mode):
+    grammar = Grammar.from_ebnf(GRAMMARS[name])
+    built, python_only = _python_and_native_automata(dict(grammar.rules), grammar.start, text_mode)
+    # The same calls on both, so that configurations are numbered alike (origins hold ids).
+    assert _items_of_choices(built, choices) == _items_of_choices(python_only, choices)
+
+
+def _items_of_choices(automaton, choices: list[int]) -> list:
+    config, found = automaton.initial, []
+    for choice in choices:
+        options = automaton.next_bytes(config)
+        found.append((options, automaton._configs[config]))
+        if not options:
+            break
+        config = automaton.step(config, options[choice % len(options)])
+    return found
 
 
 # -- validation -----------------------------------------------------------------------

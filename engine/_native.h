@@ -1,0 +1,12 @@
+/* Functions of the _native module defined outside _native.c. */
+#ifndef SURECALL_NATIVE_H
+#define SURECALL_NATIVE_H
+
+#include <Python.h>
+
+PyObject *nfa_tables(PyObject *self, PyObject *args);
+PyObject *close_items(PyObject *self, PyObject *args);
+PyObject *plain_scans(PyObject *self, PyObject *args);
+extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[];
+
+#endif

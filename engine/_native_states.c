@@ -1,0 +1,769 @@
+/* Native parse-state building for the byte automaton (optional: automaton.py has the same
+ * steps in Python and uses them when this is not built, or for what it does not cover).
+ *
+ * A new configuration costs a closure over its kernel items and, once bytes are asked of
+ * it, a scan that groups its items by the byte set moving them. Both loop over Python
+ * tuples (position, origin, watch, token state); done here they skip the interpreter's
+ * dispatch, which was most of their cost. The items stay Python objects so that the rest
+ * of the automaton reads them as before.
+ *
+ * Closures that meet an intersection are left to Python (``close`` returns None).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "_native.h"
+
+/* NFA position kinds, numbered as in automaton.py (checked there against KIND_NUMBERS). */
+enum {
+    K_BYTE, K_EPS, K_CALL, K_END, K_ACCEPT, K_ANY_START, K_ANY_INSIDE, K_EX_ENTER, K_EX_EXIT,
+    K_ISECT_ENTER, K_ISECT, K_COUNT_ENTER, K_COUNT_HUB, K_COUNT
+};
+
+#define SELF (-1)
+#define CAPSULE_NAME "surecall.engine._native.NfaTables"
+
+typedef struct {
+    Py_ssize_t size;
+    int8_t *kind;
+    int32_t *out;        /* the successor of single-successor kinds; body for counters */
+    int32_t *after;      /* counters: the position after the repetition */
+    int32_t *arg;
+    uint8_t *useful;
+    uint8_t *scans;      /* consuming positions with a byte set (automaton._classes_of) */
+    int32_t *eps_start;  /* epsilon successors, CSR: eps_targets[eps_start[p]:eps_start[p + 1]] */
+    int32_t *eps_targets;
+    Py_ssize_t num_rules;
+    int32_t *rule_start;
+    Py_ssize_t num_counters;
+    long *counter_low, *counter_high;
+    Py_ssize_t num_excepts;
+    uint8_t *except_limited;
+    /* Local closures, computed on first use: positions local_pool[local_start[p]:+local_len[p]]. */
+    int32_t *local_start, *local_len;
+    int32_t *local_pool;
+    Py_ssize_t pool_size, pool_capacity;
+    int32_t *visit_stamp;
+    int32_t stamp;
+    int32_t *stack;
+    PyObject *pending;   /* automaton.PENDING */
+    PyObject *self_origin;
+} NfaTables;
+
+static void tables_free(NfaTables *t) {
+    if (t == NULL) {
+        return;
+    }
+    free(t->kind); free(t->out); free(t->after); free(t->arg); free(t->useful); free(t->scans);
+    free(t->eps_start); free(t->eps_targets); free(t->rule_start); free(t->counter_low); free(t->counter_high);
+    free(t->except_limited); free(t->local_start); free(t->local_len); free(t->local_pool);
+    free(t->visit_stamp); free(t->stack);
+    Py_XDECREF(t->pending);
+    Py_XDECREF(t->self_origin);
+    free(t);
+}
+
+static void capsule_destructor(PyObject *capsule) {
+    tables_free((NfaTables *)PyCapsule_GetPointer(capsule, CAPSULE_NAME));
+}
+
+static NfaTables *tables_of(PyObject *capsule) {
+    return (NfaTables *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+}
+
+/* A Python int as a C long in [low, high), else -1 with an exception set. */
+static int as_index(PyObject *value, long high, long *result) {
+    long found = PyLong_AsLong(value);
+    if (found == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (found < 0 || found >= high) {
+        PyErr_SetString(PyExc_ValueError, "nfa_tables: index out of range");
+        return -1;
+    }
+    *result = found;
+    return 0;
+}
+
+static void *zeroed(Py_ssize_t count, size_t item) {
+    void *found = calloc((size_t)(count > 0 ? count : 1), item);
+    if (found == NULL) {
+        PyErr_NoMemory();
+    }
+    return found;
+}
+
+const char nfa_tables_doc[] = (
+"nfa_tables(kind, out, arg, useful, scans, rule_start, counters, except_limited, pending)\n"
+"\n"
+"The NFA as C arrays, for ``close`` and ``plain_scans``: lists as in ``automaton._Nfa``\n"
+"(``out`` holds an int, a list of epsilon targets or a (body, after) pair), ``scans``\n"
+"the positions scanning a byte set (bytes of 0/1), ``except_limited`` whether each\n"
+"except! region counts tokens, ``pending`` the token state of an any! met mid-token.");
+
+PyObject *nfa_tables(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *kind, *out, *arg, *useful, *rule_start, *counters, *except_limited, *pending;
+    Py_buffer scans = {0};
+    if (!PyArg_ParseTuple(args, "O!O!O!O!y*O!O!O!O:nfa_tables", &PyList_Type, &kind, &PyList_Type, &out,
+                          &PyList_Type, &arg, &PyList_Type, &useful, &scans, &PyList_Type, &rule_start,
+                          &PyList_Type, &counters, &PyList_Type, &except_limited, &pending)) {
+        return NULL;
+    }
+    const Py_ssize_t n = PyList_GET_SIZE(kind);
+    NfaTables *t = (NfaTables *)zeroed(1, sizeof(NfaTables));
+    if (t == NULL) {
+        PyBuffer_Release(&scans);
+        return NULL;
+    }
+    t->size = n;
+    if (PyList_GET_SIZE(out) != n || PyList_GET_SIZE(arg) != n || PyList_GET_SIZE(useful) != n || scans.len != n) {
+        PyErr_SetString(PyExc_ValueError, "nfa_tables: position lists of different lengths");
+        goto fail;
+    }
+    t->num_rules = PyList_GET_SIZE(rule_start);
+    t->num_counters = PyList_GET_SIZE(counters);
+    t->num_excepts = PyList_GET_SIZE(except_limited);
+    if (!(t->kind = zeroed(n, 1)) || !(t->out = zeroed(n, 4)) || !(t->after = zeroed(n, 4)) ||
+        !(t->arg = zeroed(n, 4)) || !(t->useful = zeroed(n, 1)) || !(t->scans = zeroed(n, 1)) ||
+        !(t->eps_start = zeroed(n + 1, 4)) || !(t->rule_start = zeroed(t->num_rules, 4)) ||
+        !(t->counter_low = zeroed(t->num_counters, sizeof(long))) ||
+        !(t->counter_high = zeroed(t->num_counters, sizeof(long))) ||
+        !(t->except_limited = zeroed(t->num_excepts, 1)) || !(t->local_start = zeroed(n, 4)) ||
+        !(t->local_len = zeroed(n, 4)) || !(t->visit_stamp = zeroed(n, 4)) || !(t->stack = zeroed(n, 4))) {
+        goto fail;
+    }
+    memcpy(t->scans, scans.buf, (size_t)n);
+    Py_ssize_t num_eps = 0;
+    for (Py_ssize_t p = 0; p < n; p++) {
+        long value;
+        if (as_index(PyList_GET_ITEM(kind, p), K_COUNT, &value) < 0) {
+            goto fail;
+        }
+        t->kind[p] = (int8_t)value;
+        t->useful[p] = (uint8_t)PyObject_IsTrue(PyList_GET_ITEM(useful, p));
+        t->local_start[p] = -1;
+        PyObject *arg_value = PyList_GET_ITEM(arg, p);
+        long arg_long = PyLong_AsLong(arg_value);
+        if (arg_long == -1 && PyErr_Occurred()) {
+            goto fail;
+        }
+        t->arg[p] = (int32_t)arg_long;
+        PyObject *successor = PyList_GET_ITEM(out, p);
+        t->out[p] = t->after[p] = -1;
+        if (value == K_EPS) {
+            if (!PyList_Check(successor) && !PyTuple_Check(successor)) {
+                PyErr_SetString(PyExc_ValueError, "nfa_tables: epsilon successors are not a list");
+                goto fail;
+            }
+            num_eps += PySequence_Fast_GET_SIZE(successor);
+        } else if (value == K_COUNT_ENTER || value == K_COUNT_HUB) {
+            long body, after_value;
+            if (!PyTuple_Check(successor) || PyTuple_GET_SIZE(successor) != 2 ||
+                as_index(PyTuple_GET_ITEM(successor, 0), n, &body) < 0 ||
+                as_index(PyTuple_GET_ITEM(successor, 1), n, &after_value) < 0) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_ValueError, "nfa_tables: a counter's successors are not a pair");
+                }
+                goto fail;
+            }
+            t->out[p] = (int32_t)body;
+            t->after[p] = (int32_t)after_value;
+        } else if (successor != Py_None) {
+            long single = PyLong_AsLong(successor);
+            if (single == -1 && PyErr_Occurred()) {
+                goto fail;
+            }
+            t->out[p] = (int32_t)single;
+        }
+    }
+    if (!(t->eps_targets = zeroed(num_eps, 4))) {
+        goto fail;
+    }
+    Py_ssize_t filled = 0;
+    for (Py_ssize_t p = 0; p < n; p++) {
+        t->eps_start[p] = (int32_t)filled;
+        if (t->kind[p] != K_EPS) {
+            continue;
+        }
+        PyObject *targets = PyList_GET_ITEM(out, p);
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(targets); i++) {
+            long target;
+            if (as_index(PySequence_Fast_ITEMS(targets)[i], n, &target) < 0) {
+                goto fail;
+            }
+            t->eps_targets[filled++] = (int32_t)target;
+        }
+    }
+    t->eps_start[n] = (int32_t)filled;
+    for (Py_ssize_t i = 0; i < t->num_rules; i++) {
+        long start;
+        if (as_index(PyList_GET_ITEM(rule_start, i), n, &start) < 0) {
+            goto fail;
+        }
+        t->rule_start[i] = (int32_t)start;
+    }
+    for (Py_ssize_t i = 0; i < t->num_counters; i++) {
+        PyObject *bounds = PyList_GET_ITEM(counters, i);
+        if (!PyTuple_Check(bounds) || PyTuple_GET_SIZE(bounds) != 2) {
+            PyErr_SetString(PyExc_ValueError, "nfa_tables: counter bounds are not a pair");
+            goto fail;
+        }
+        t->counter_low[i] = PyLong_AsLong(PyTuple_GET_ITEM(bounds, 0));
+        t->counter_high[i] = PyLong_AsLong(PyTuple_GET_ITEM(bounds, 1));
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < t->num_excepts; i++) {
+        t->except_limited[i] = (uint8_t)PyObject_IsTrue(PyList_GET_ITEM(except_limited, i));
+    }
+    /* Arguments the closure reads as indices must be in range. */
+    for (Py_ssize_t p = 0; p < n; p++) {
+        int8_t k = t->kind[p];
+        int32_t a = t->arg[p];
+        int bad = 0;
+        if (k == K_CALL || k == K_END) {
+            bad = a < 0 || a >= t->num_rules;
+        } else if (k == K_COUNT_ENTER || k == K_COUNT_HUB) {
+            bad = a < 0 || a >= t->num_counters;
+        } else if (k == K_EX_ENTER) {
+            bad = a < 0 || a >= t->num_excepts;
+        } else if (k == K_ANY_INSIDE) {
+            bad = a < 0 || a >= n;
+        }
+        if (k != K_EPS && k != K_ACCEPT && k != K_END && k != K_ISECT_ENTER && k != K_ISECT &&
+            (t->out[p] < 0 || t->out[p] >= n)) {
+            bad = 1;
+        }
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "nfa_tables: position %zd has an out-of-range successor or argument", p);
+            goto fail;
+        }
+    }
+    Py_INCREF(pending);
+    t->pending = pending;
+    t->self_origin = PyLong_FromLong(SELF);
+    if (t->self_origin == NULL) {
+        goto fail;
+    }
+    PyBuffer_Release(&scans);
+    PyObject *capsule = PyCapsule_New(t, CAPSULE_NAME, capsule_destructor);
+    if (capsule == NULL) {
+        tables_free(t);
+    }
+    return capsule;
+
+fail:
+    PyBuffer_Release(&scans);
+    tables_free(t);
+    return NULL;
+}
+
+/* Non-epsilon useful positions reachable from ``p`` through epsilon positions. */
+static int local_closure(NfaTables *t, int32_t p, const int32_t **positions, int32_t *count) {
+    if (t->local_start[p] < 0) {
+        if (++t->stamp == INT32_MAX) {
+            memset(t->visit_stamp, 0, (size_t)t->size * sizeof(int32_t));
+            t->stamp = 1;
+        }
+        const int32_t stamp = t->stamp;
+        Py_ssize_t top = 0, start = t->pool_size;
+        t->stack[top++] = p;
+        t->visit_stamp[p] = stamp;
+        while (top) {
+            const int32_t q = t->stack[--top];
+            if (t->kind[q] == K_EPS) {
+                for (int32_t i = t->eps_start[q]; i < t->eps_start[q + 1]; i++) {
+                    const int32_t r = t->eps_targets[i];
+                    if (t->visit_stamp[r] != stamp && t->useful[r]) {
+                        t->visit_stamp[r] = stamp;
+                        t->stack[top++] = r;
+                    }
+                }
+            } else if (t->useful[q]) {
+                if (t->pool_size == t->pool_capacity) {
+                    Py_ssize_t capacity = t->pool_capacity ? t->pool_capacity * 2 : 4096;
+                    int32_t *grown = (int32_t *)realloc(t->local_pool, (size_t)capacity * sizeof(int32_t));
+                    if (grown == NULL) {
+                        t->pool_size = start;
+                        PyErr_NoMemory();
+                        return -1;
+                    }
+                    t->local_pool = grown;
+                    t->pool_capacity = capacity;
+                }
+                t->local_pool[t->pool_size++] = q;
+            }
+        }
+        t->local_start[p] = (int32_t)start;
+        t->local_len[p] = (int32_t)(t->pool_size - start);
+    }
+    *positions = t->local_pool + t->local_start[p];
+    *count = t->local_len[p];
+    return 0;
+}
+
+/* (position, origin, watch, token_state), stealing no references. */
+static PyObject *item_of(int32_t position, PyObject *origin, PyObject *watch, PyObject *token_state) {
+    PyObject *p = PyLong_FromLong(position);
+    if (p == NULL) {
+        return NULL;
+    }
+    PyObject *item = PyTuple_Pack(4, p, origin, watch, token_state);
+    Py_DECREF(p);
+    return item;
+}
+
+/* Append a new item to ``work``; -1 on failure. */
+static int push(PyObject *work, int32_t position, PyObject *origin, PyObject *watch, PyObject *token_state) {
+    PyObject *item = item_of(position, origin, watch, token_state);
+    if (item == NULL) {
+        return -1;
+    }
+    int status = PyList_Append(work, item);
+    Py_DECREF(item);
+    return status;
+}
+
+static PyObject *pair(PyObject *first, PyObject *second) { return PyTuple_Pack(2, first, second); }
+
+static PyObject *rule_key(int32_t rule, PyObject *watch) {
+    PyObject *number = PyLong_FromLong(rule);
+    if (number == NULL) {
+        return NULL;
+    }
+    PyObject *key = pair(number, watch);
+    Py_DECREF(number);
+    return key;
+}
+
+/* The item tuple's fields, with its position checked against the NFA. */
+static int unpack_item(NfaTables *t, PyObject *item, int32_t *p, PyObject **o, PyObject **w, PyObject **state) {
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4) {
+        PyErr_SetString(PyExc_ValueError, "an automaton item is not a 4-tuple");
+        return -1;
+    }
+    long position;
+    if (as_index(PyTuple_GET_ITEM(item, 0), t->size, &position) < 0) {
+        return -1;
+    }
+    *p = (int32_t)position;
+    *o = PyTuple_GET_ITEM(item, 1);
+    *w = PyTuple_GET_ITEM(item, 2);
+    *state = PyTuple_GET_ITEM(item, 3);
+    return 0;
+}
+
+/* ``origin[0] == SELF`` for an origin tuple; -1 on error. */
+static int is_self_origin(PyObject *origin, PyObject **call_watch, long *origin_config) {
+    if (!PyTuple_Check(origin) || PyTuple_GET_SIZE(origin) != 2) {
+        PyErr_SetString(PyExc_ValueError, "an automaton item's origin is not a pair");
+        return -1;
+    }
+    long found = PyLong_AsLong(PyTuple_GET_ITEM(origin, 0));
+    if (found == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *call_watch = PyTuple_GET_ITEM(origin, 1);
+    *origin_config = found;
+    return found == SELF;
+}
+
+const char close_doc[] = (
+"close(tables, kernel, at_boundary, text_mode, callers, max_items)\n"
+"\n"
+"The closure of a kernel (a frozenset of items), as ``ByteAutomaton._close_items``:\n"
+"a frozenset of items; None when it meets an intersection, which only Python handles;\n"
+"the item count (an int) once it exceeds ``max_items``.");
+
+PyObject *close_items(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *kernel, *callers;
+    int at_boundary, text_mode;
+    Py_ssize_t max_items;
+    if (!PyArg_ParseTuple(args, "OO!ppO!n:close", &capsule, &PyFrozenSet_Type, &kernel, &at_boundary, &text_mode,
+                          &PyList_Type, &callers, &max_items)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL) {
+        return NULL;
+    }
+    PyObject *items = PySet_New(NULL), *seen = PySet_New(NULL), *work = PySequence_List(kernel);
+    PyObject *callers_self = PyDict_New(), *completed_self = PyDict_New();
+    PyObject *result = NULL, *zero = NULL, *limited_state = NULL;
+    PyObject *any_token_state = (at_boundary || text_mode) ? Py_None : t->pending;
+    if (!items || !seen || !work || !callers_self || !completed_self) {
+        goto done;
+    }
+    if (!(zero = PyLong_FromLong(0)) || !(limited_state = Py_BuildValue("(iO)", 0, Py_False))) {
+        goto done;
+    }
+    while (PyList_GET_SIZE(work)) {
+        Py_ssize_t last = PyList_GET_SIZE(work) - 1;
+        PyObject *item = PyList_GET_ITEM(work, last);
+        Py_INCREF(item);
+        if (PyList_SetSlice(work, last, last + 1, NULL) < 0) {
+            Py_DECREF(item);
+            goto done;
+        }
+        int added = PySet_Contains(seen, item);
+        if (added == 0) {
+            added = PySet_Add(seen, item) < 0 ? -1 : 0;
+        } else if (added == 1) {
+            Py_DECREF(item);
+            continue;
+        }
+        int32_t p;
+        PyObject *o, *w, *state;
+        if (added < 0 || unpack_item(t, item, &p, &o, &w, &state) < 0) {
+            Py_DECREF(item);
+            goto done;
+        }
+        /* The fields stay alive through ``seen``, which holds the item. */
+        Py_DECREF(item);
+        const int32_t *reached;
+        int32_t count;
+        if (local_closure(t, p, &reached, &count) < 0) {
+            goto done;
+        }
+        for (int32_t i = 0; i < count; i++) {
+            const int32_t q = reached[i];
+            const int k = t->kind[q];
+            const int32_t a = t->arg[q];
+            PyObject *made = NULL;
+            int status = 0;
+            switch (k) {
+            case K_BYTE:
+            case K_ACCEPT:
+                made = item_of(q, o, w, state);
+                status = made ? PySet_Add(items, made) : -1;
+                break;
+            case K_CALL: {
+                made = item_of(q, o, w, state);
+                if (made == NULL) {
+                    status = -1;
+                    break;
+                }
+                int known = PySet_Contains(items, made);
+                if (known != 0) {
+                    status = known < 0 ? -1 : 0;
+                    break;
+                }
+                if (PySet_Add(items, made) < 0) {
+                    status = -1;
+                    break;
+                }
+                PyObject *key = rule_key(a, w);
+                PyObject *callers_of_rule = key ? PyDict_GetItemWithError(callers_self, key) : NULL;
+                if (key == NULL || (callers_of_rule == NULL && PyErr_Occurred())) {
+                    Py_XDECREF(key);
+                    status = -1;
+                    break;
+                }
+                if (callers_of_rule == NULL) {
+                    PyObject *fresh = PyList_New(0);
+                    if (fresh == NULL || PyDict_SetItem(callers_self, key, fresh) < 0) {
+                        Py_XDECREF(fresh);
+                        Py_DECREF(key);
+                        status = -1;
+                        break;
+                    }
+                    callers_of_rule = fresh;
+                    Py_DECREF(fresh);  /* the dict holds it */
+                }
+                PyObject *origin = pair(t->self_origin, w);
+                if (origin == NULL || PyList_Append(callers_of_rule, made) < 0 ||
+                    push(work, t->rule_start[a], origin, w, Py_None) < 0) {
+                    Py_XDECREF(origin);
+                    Py_DECREF(key);
+                    status = -1;
+                    break;
+                }
+                Py_DECREF(origin);
+                PyObject *done_watches = PyDict_GetItemWithError(completed_self, key);
+                Py_DECREF(key);
+                if (done_watches == NULL) {
+                    status = PyErr_Occurred() ? -1 : 0;
+                    break;
+                }
+                PyObject *iterator = PyObject_GetIter(done_watches), *done_watch;
+                if (iterator == NULL) {
+                    status = -1;
+                    break;
+                }
+                while ((done_watch = PyIter_Next(iterator)) != NULL) {
+                    status = push(work, t->out[q], o, done_watch, state);
+                    Py_DECREF(done_watch);
+                    if (status < 0) {
+                        break;
+                    }
+                }
+                Py_DECREF(iterator);
+                if (PyErr_Occurred()) {
+                    status = -1;
+                }
+                break;
+            }
+            case K_END: {
+                PyObject *call_watch;
+                long origin_config;
+                int self_call = is_self_origin(o, &call_watch, &origin_config);
+                if (self_call < 0) {
+                    status = -1;
+                    break;
+                }
+                PyObject *key = rule_key(a, call_watch);
+                if (key == NULL) {
+                    status = -1;
+                    break;
+                }
+                if (self_call) {
+                    PyObject *done_watches = PyDict_GetItemWithError(completed_self, key);
+                    if (done_watches == NULL) {
+                        PyObject *fresh = PyErr_Occurred() ? NULL : PySet_New(NULL);
+                        if (fresh == NULL || PyDict_SetItem(completed_self, key, fresh) < 0) {
+                            Py_XDECREF(fresh);
+                            Py_DECREF(key);
+                            status = -1;
+                            break;
+                        }
+                        done_watches = fresh;
+                        Py_DECREF(fresh);
+                    }
+                    int known = PySet_Contains(done_watches, w);
+                    if (known != 0 || PySet_Add(done_watches, w) < 0) {
+                        Py_DECREF(key);
+                        status = known == 1 ? 0 : -1;
+                        break;
+                    }
+                    PyObject *waiting = PyDict_GetItemWithError(callers_self, key);
+                    Py_DECREF(key);
+                    if (waiting == NULL) {
+                        status = PyErr_Occurred() ? -1 : 0;
+                        break;
+                    }
+                    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(waiting) && status == 0; c++) {
+                        int32_t cq;
+                        PyObject *co, *cw, *ct;
+                        status = unpack_item(t, PyList_GET_ITEM(waiting, c), &cq, &co, &cw, &ct);
+                        if (status == 0) {
+                            status = push(work, t->out[cq], co, w, ct);
+                        }
+                    }
+                    break;
+                }
+                if (origin_config < 0 || origin_config >= PyList_GET_SIZE(callers)) {
+                    Py_DECREF(key);
+                    PyErr_SetString(PyExc_ValueError, "an item's origin names an unknown configuration");
+                    status = -1;
+                    break;
+                }
+                PyObject *table = PyList_GET_ITEM(callers, origin_config);
+                PyObject *returns = table == Py_None ? NULL : PyDict_GetItemWithError(table, key);
+                Py_DECREF(key);
+                if (returns == NULL) {
+                    status = PyErr_Occurred() ? -1 : 0;
+                    break;
+                }
+                for (Py_ssize_t c = 0; c < PyList_GET_SIZE(returns) && status == 0; c++) {
+                    PyObject *entry = PyList_GET_ITEM(returns, c);
+                    long ret;
+                    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+                        PyErr_SetString(PyExc_ValueError, "a caller entry is not a 3-tuple");
+                        status = -1;
+                    } else if ((status = as_index(PyTuple_GET_ITEM(entry, 0), t->size, &ret)) == 0) {
+                        status = push(work, (int32_t)ret, PyTuple_GET_ITEM(entry, 1), w, PyTuple_GET_ITEM(entry, 2));
+                    }
+                }
+                break;
+            }
+            case K_ANY_START:
+                made = item_of(q, o, w, any_token_state);
+                status = made ? PySet_Add(items, made) : -1;
+                break;
+            case K_ANY_INSIDE:
+                made = item_of(q, o, w, Py_None);
+                status = made ? PySet_Add(items, made) : -1;
+                if (status == 0 && text_mode) {
+                    status = push(work, a, o, w, Py_None);
+                }
+                break;
+            case K_EX_ENTER:
+                status = push(work, t->out[q], o, w, (!text_mode && t->except_limited[a]) ? limited_state : Py_None);
+                break;
+            case K_COUNT_ENTER:
+                status = push(work, t->out[q], o, w, zero);
+                if (status == 0 && t->counter_low[a] == 0) {
+                    status = push(work, t->after[q], o, w, Py_None);
+                }
+                break;
+            case K_COUNT_HUB: {
+                long done_count = PyLong_AsLong(state);
+                if (done_count == -1 && PyErr_Occurred()) {
+                    status = -1;
+                    break;
+                }
+                done_count += 1;
+                if (done_count < t->counter_high[a]) {
+                    PyObject *number = PyLong_FromLong(done_count);
+                    status = number ? push(work, t->out[q], o, w, number) : -1;
+                    Py_XDECREF(number);
+                }
+                if (status == 0 && done_count >= t->counter_low[a]) {
+                    status = push(work, t->after[q], o, w, Py_None);
+                }
+                break;
+            }
+            case K_EX_EXIT:
+                status = push(work, t->out[q], o, w, Py_None);
+                break;
+            default:  /* intersections: Python's closure handles them */
+                Py_INCREF(Py_None);
+                result = Py_None;
+                goto done;
+            }
+            Py_XDECREF(made);
+            if (status < 0) {
+                goto done;
+            }
+        }
+        if (PySet_GET_SIZE(items) > max_items) {
+            result = PyLong_FromSsize_t(PySet_GET_SIZE(items));
+            goto done;
+        }
+    }
+    result = PyFrozenSet_New(items);
+
+done:
+    Py_XDECREF(items);
+    Py_XDECREF(seen);
+    Py_XDECREF(work);
+    Py_XDECREF(callers_self);
+    Py_XDECREF(completed_self);
+    Py_XDECREF(zero);
+    Py_XDECREF(limited_state);
+    return result;
+}
+
+const char plain_scans_doc[] = (
+"plain_scans(tables, items, config, masks)\n"
+"\n"
+"As ``ByteAutomaton._plain_scans``: the items after one byte, by the byte set that\n"
+"scans them ({mask: tuple of items}), or None when the row needs Python's by-class\n"
+"scan (watches, intersections, except! positions). ``masks`` is the NFA's mask list.");
+
+PyObject *plain_scans(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *items, *masks;
+    long config;
+    if (!PyArg_ParseTuple(args, "OO!lO!:plain_scans", &capsule, &PyFrozenSet_Type, &items, &config, &PyList_Type,
+                          &masks)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL) {
+        return NULL;
+    }
+    if (PyList_GET_SIZE(masks) != t->size) {
+        PyErr_SetString(PyExc_ValueError, "plain_scans: the mask list does not match the tables");
+        return NULL;
+    }
+    PyObject *by_mask = PyDict_New(), *config_number = PyLong_FromLong(config), *iterator = NULL, *item;
+    PyObject *result = NULL;
+    if (by_mask == NULL || config_number == NULL || (iterator = PyObject_GetIter(items)) == NULL) {
+        goto done;
+    }
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        int32_t p;
+        PyObject *o, *w, *state;
+        if (unpack_item(t, item, &p, &o, &w, &state) < 0) {
+            Py_DECREF(item);
+            goto done;
+        }
+        if (!t->scans[p]) {
+            Py_DECREF(item);
+            continue;
+        }
+        const int k = t->kind[p];
+        if (w != Py_None || k == K_ISECT || (t->arg[p] >= 0 && k != K_ANY_INSIDE && k != K_ANY_START)) {
+            Py_DECREF(item);
+            Py_INCREF(Py_None);
+            result = Py_None;
+            goto done;
+        }
+        if (k == K_ANY_START) {
+            if (state == t->pending) {
+                Py_DECREF(item);
+                continue;
+            }
+            state = Py_None;
+        }
+        PyObject *origin = o;
+        Py_INCREF(origin);
+        if (o != Py_None) {
+            PyObject *call_watch;
+            long origin_config;
+            int self_call = is_self_origin(o, &call_watch, &origin_config);
+            if (self_call == 1) {
+                Py_DECREF(origin);
+                origin = pair(config_number, call_watch);
+            }
+            if (self_call < 0 || origin == NULL) {
+                Py_XDECREF(origin);
+                Py_DECREF(item);
+                goto done;
+            }
+        }
+        PyObject *scanned = item_of(t->out[p], origin, Py_None, state);
+        Py_DECREF(origin);
+        Py_DECREF(item);
+        if (scanned == NULL) {
+            goto done;
+        }
+        PyObject *mask = PyList_GET_ITEM(masks, p);
+        PyObject *group = PyDict_GetItemWithError(by_mask, mask);
+        int status;
+        if (group == NULL) {
+            group = PyErr_Occurred() ? NULL : PyList_New(0);
+            status = group == NULL ? -1 : PyDict_SetItem(by_mask, mask, group);
+            Py_XDECREF(group);  /* the dict holds it */
+        } else {
+            status = 0;
+        }
+        if (status == 0) {
+            status = PyList_Append(group, scanned);
+        }
+        Py_DECREF(scanned);
+        if (status < 0) {
+            goto done;
+        }
+    }
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    /* Tuples: rows keep these until complete, and tuples of plain values drop out of the
+     * garbage collector's tracking where lists would not. */
+    PyObject *mask, *group;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(by_mask, &position, &mask, &group)) {
+        PyObject *frozen = PyList_AsTuple(group);
+        if (frozen == NULL || PyDict_SetItem(by_mask, mask, frozen) < 0) {
+            Py_XDECREF(frozen);
+            goto done;
+        }
+        Py_DECREF(frozen);
+    }
+    result = by_mask;
+    by_mask = NULL;
+
+done:
+    Py_XDECREF(iterator);
+    Py_XDECREF(by_mask);
+    Py_XDECREF(config_number);
+    return result;
+}
