@@ -973,20 +973,31 @@ class _Translator:
             rule_names[key] = rule
             self.rules[rule] = NOTHING
             options: list[Node] = []
+            # Members after which the state is the same again (untracked ones, once the
+            # count is capped) repeat in place: written as the rule calling itself, every
+            # member would nest one more call, and no two key positions would share a
+            # parse state (nor the masks cached by it).
+            repeating: list[Node] = []
             if seen & required_bits == required_bits and count >= lo and found:
                 options.append(EMPTY)
+            sep = self._sep() if count else EMPTY
             if hi is None or count < hi:
-                sep = self._sep() if count else EMPTY
                 next_count = min(count + 1, cap)
                 for i, name in enumerate(tracked):
                     if not seen & (1 << i):
                         next_found = found or name not in inside
                         options.append(seq(sep, members[name], state(seen | (1 << i), next_count, next_found)))
-                if free_in != NOTHING:
-                    options.append(seq(sep, free_in, state(seen, next_count, found)))
-                if free_out != NOTHING:
-                    options.append(seq(sep, free_out, state(seen, next_count, True)))
-            self.rules[rule] = alt(*options) if options else NOTHING
+                for free, after in ((free_in, (seen, next_count, found)), (free_out, (seen, next_count, True))):
+                    if free == NOTHING:
+                        continue
+                    if after == key:
+                        repeating.append(free)
+                    else:
+                        options.append(seq(sep, free, state(*after)))
+            body = alt(*options) if options else NOTHING
+            if repeating:
+                body = seq(star(seq(sep, alt(*repeating))), body)
+            self.rules[rule] = body
             return Ref(rule)
 
         return state(0, 0, inside is None)

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from surecall.engine import Grammar, GrammarError
+from surecall.engine.automaton import DEAD
 from surecall.formats import FORMAT_PATTERNS
 from surecall.schema import (
     MAX_WHITESPACE,
@@ -201,6 +202,17 @@ def test_schema_order_is_the_default_and_any_order_is_available():
     assert grammar_from_schema(schema).accepts('{"a":1,"b":2}')
     assert not grammar_from_schema(schema).accepts('{"b":2,"a":1}')
     assert grammar_from_schema(schema, property_order="any").accepts('{"b":2,"a":1}')
+
+
+@pytest.mark.parametrize("required", [[], ["id"]])
+def test_any_order_objects_reach_the_same_state_after_every_optional_member(required):
+    # Masks are cached per parse state: key positions that share one share their masks.
+    properties = {name: {"type": "integer"} for name in ("id", "a", "b", "c")}
+    schema = {"type": "object", "properties": properties, "required": required}
+    automaton = grammar_from_schema(schema, property_order="any").automaton
+    after = [automaton.step_bytes(automaton.initial, text.encode()) for text in ('{"id":1,', '{"id":1,"a":2,', '{"id":1,"a":2,"b":3,"c":4,')]
+    assert DEAD not in after and len(set(after)) == 1
+    assert automaton.is_accepting(automaton.step_bytes(after[0], b'"a":1,"a":2}'))
 
 
 def test_flexible_whitespace_is_bounded():
