@@ -86,6 +86,17 @@ MAX_CONFIGS = 200_000
 MAX_ITEMS_PER_CONFIG = 50_000
 MAX_SEARCH_EXPANSIONS = 200_000
 MAX_PRODUCT_STATES = 20_000
+#: The byte ranges of every multi-byte UTF-8 character: lead bytes, then each continuation.
+_UTF8_FORMS = (
+    ((0xC2, 0xDF), ((0x80, 0xBF),)),
+    ((0xE0, 0xE0), ((0xA0, 0xBF), (0x80, 0xBF))),
+    ((0xE1, 0xEC), ((0x80, 0xBF), (0x80, 0xBF))),
+    ((0xED, 0xED), ((0x80, 0x9F), (0x80, 0xBF))),
+    ((0xEE, 0xEF), ((0x80, 0xBF), (0x80, 0xBF))),
+    ((0xF0, 0xF0), ((0x90, 0xBF), (0x80, 0xBF), (0x80, 0xBF))),
+    ((0xF1, 0xF3), ((0x80, 0xBF), (0x80, 0xBF), (0x80, 0xBF))),
+    ((0xF4, 0xF4), ((0x80, 0x8F), (0x80, 0xBF), (0x80, 0xBF))),
+)
 #: A non-recursive rule larger than this that is referenced more than once is called
 #: instead of inlined, so shared definitions do not multiply the NFA size.
 INLINE_LIMIT = 4_000
@@ -719,6 +730,7 @@ class ByteAutomaton:
         self._boundary: dict[int, int] = {}
         self._after_any: dict[int, int] = {}
         self._next_bytes: dict[int, bytes] = {}
+        self._utf8_agreement: dict[tuple[int, int], bool] = {}
         self._byte_sets: dict[int, np.ndarray] = {}
         self._partitions: dict[tuple[int, ...], list] = {}
         self._table = np.full((64, 256), _UNKNOWN, dtype=np.int32)
@@ -1177,6 +1189,64 @@ class ByteAutomaton:
         if nfa.kind[p] == _ANY_START:
             t = None
         return (nfa.out[p], o, frozenset(watch) if watch else None, t)
+
+    def utf8_agrees(self, config: int, ascii_byte: int) -> bool:
+        """True when every multi-byte UTF-8 character surely leads ``config`` where
+        ``ascii_byte`` does: read off the NFA positions the characters pass through,
+        without building the configurations inside them. False means not known."""
+        key = (config, ascii_byte)
+        found = self._utf8_agreement.get(key)
+        if found is None:
+            found = self._utf8_agreement[key] = self._utf8_kernels_agree(config, ascii_byte)
+        return found
+
+    def _utf8_kernels_agree(self, config: int, ascii_byte: int) -> bool:
+        scan = self._scan(config)
+        if scan is None:
+            return False
+        by_mask = scan[0]
+        target = self._kernel_after(by_mask, ascii_byte, ascii_byte)
+        if not target:
+            return False
+        for lead, continuations in _UTF8_FORMS:
+            kernel = self._kernel_after(by_mask, *lead)
+            for low, high in continuations:
+                if not kernel:
+                    return False
+                kernel = self._plain_kernel_after(kernel, low, high)
+            if kernel != target:
+                return False
+        return True
+
+    @staticmethod
+    def _kernel_after(by_mask: dict, low: int, high: int) -> frozenset | None:
+        """The items after any byte of ``low..high``, if all of them scan the same items."""
+        bits = _range_mask(low, high)
+        items: list = []
+        for mask, scanned in by_mask.items():
+            inside = mask & bits
+            if inside == bits:
+                items.extend(scanned)
+            elif inside:
+                return None
+        return frozenset(items)
+
+    def _plain_kernel_after(self, kernel: frozenset, low: int, high: int) -> frozenset | None:
+        """As ``_kernel_after`` for a kernel whose closure only reaches plain byte positions."""
+        nfa = self._nfa
+        kind, mask_of, arg, out = nfa.kind, nfa.mask, nfa.arg, nfa.out
+        bits = _range_mask(low, high)
+        items = []
+        for p, o, w, t in kernel:
+            for q in self._local_closure(p):
+                if kind[q] != _BYTE or arg[q] >= 0 or w is not None:
+                    return None
+                inside = mask_of[q] & bits
+                if inside == bits:
+                    items.append((out[q], o, None, t))
+                elif inside:
+                    return None
+        return frozenset(items)
 
     @property
     def transition_table(self) -> np.ndarray:

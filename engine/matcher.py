@@ -674,7 +674,7 @@ class Matcher(MatcherBase):
         found = self._chain_group(config)
         # A small group (spaces, digits) leaves most of the trie below its exits, which
         # the whole-level walk covers faster.
-        small = found is None or found[0].member_count * _LARGE_GROUP_SHARE < len(trie.token_ids)
+        small = found is None or self._small_group(found[0])
         if small and self._native_walk_applies():
             # The native walk beats the whole-level numpy walk; _walk_levels dispatches to it.
             self._walk_levels(np.zeros(1, dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
@@ -687,8 +687,14 @@ class Matcher(MatcherBase):
         # Every token of the group ends where its character count leads along the chain
         # (for a loop: back at ``config``): decide them at once, then walk only the
         # subtrees where tokens leave the group.
-        group, chain = found
-        frontier_nodes, frontier_configs, partial_ids, partial_configs = group.exits_from(self.automaton, config, chain)
+        group, chain, exceptions = found
+        if exceptions is not None:
+            # Tokens starting with an excepted byte are walked below it; the rest of the
+            # group's paths follow the chain.
+            self._walk_below_first_bytes(config, exceptions, id_parts, end_parts)
+        frontier_nodes, frontier_configs, partial_ids, partial_configs = group.exits_from(
+            self.automaton, config, chain, trie=trie, skip_first=exceptions
+        )
         id_parts.append(partial_ids)
         end_parts.append(partial_configs)
         found_ids, owner = trie.tokens_at_nodes(frontier_nodes)
@@ -698,11 +704,36 @@ class Matcher(MatcherBase):
         self._walk_levels(frontier_nodes, frontier_configs, id_parts, end_parts)
         if chain is None:
             return group.member_ids, group.member_words, config
+        if exceptions is not None and chain[1] != DEAD and (chain[1:] == chain[1]).all():
+            # One character in, the group loops: every other member ends there.
+            ids, words = group.members_without_first(trie, exceptions)
+            return ids, words, int(chain[1])
         member_ends = chain[group.member_chars]
         live = member_ends != DEAD
+        if exceptions is not None:
+            live &= ~np.isin(group.first_bytes(trie)[0], exceptions)
         id_parts.append(group.member_ids[live])
         end_parts.append(member_ends[live])
         return None
+
+    def _walk_below_first_bytes(self, config: int, values: np.ndarray, id_parts: list, end_parts: list) -> None:
+        """Tokens starting with one of the bytes ``values``, walked from the trie root."""
+        trie = self.vocab.trie
+        row = self._row(config)
+        nodes, configs = [], []
+        for value in values.tolist():
+            child, after = trie.child(0, value), int(row[value])
+            if child >= 0 and after != DEAD:
+                nodes.append(child)
+                configs.append(after)
+        if not nodes:
+            return
+        start_nodes, start_configs = np.array(nodes, dtype=np.int32), np.array(configs, dtype=np.int32)
+        found_ids, owner = trie.tokens_at_nodes(start_nodes)
+        if len(found_ids):
+            id_parts.append(found_ids)
+            end_parts.append(start_configs[owner])
+        self._walk_levels(start_nodes, start_configs, id_parts, end_parts)
 
     def _walk_wide(self, config: int, id_parts: list, end_parts: list) -> bool:
         """Walk from the root stepping whole trie levels while most of each is live.
@@ -850,22 +881,38 @@ class Matcher(MatcherBase):
         return found[0] if found is not None and found[1] is None else None
 
     def _chain_group(self, config: int):
-        """(group, chain) for the largest group whose characters lead ``config`` along one
-        chain of configurations, or None. ``chain`` is None for a loop, else the
-        configuration after 0, 1, ... characters, DEAD-padded to ``group.max_chars + 1``."""
+        """(group, chain, exceptions) for the largest group whose characters lead ``config``
+        along one chain of configurations, or None. ``chain`` is None for a loop, else the
+        configuration after 0, 1, ... characters, DEAD-padded to ``group.max_chars + 1``.
+        ``exceptions``, when not None, are first bytes whose characters go their own way
+        from ``config`` (the chain holds for the others; see ``near_uniform_groups``)."""
         tables = self._tables
         cached = tables.chain_groups.get(config, False)
         if cached is not False:
             return cached
-        found = tables.groups.best_uniform_group(self.automaton, config, self._row(config))
+        row = self._row(config)
+        found = tables.groups.best_uniform_group(self.automaton, config, row)
         result = None
         if found is not None:
             group, successor = found
             chain = None if successor == config else self._chain(group, config, successor)
             if successor == config or chain is not None:
-                result = (group, chain)
+                result = (group, chain, None)
+        if result is None or self._small_group(result[0]):
+            larger_than = None if result is None else result[0]
+            for group, successor, exceptions in tables.groups.near_uniform_groups(
+                self.automaton, config, row, larger_than
+            ):
+                chain = self._chain(group, config, successor)
+                if chain is not None:
+                    result = (group, chain, exceptions)
+                    break
         tables.chain_groups[config] = result
         return result
+
+    def _small_group(self, group) -> bool:
+        """Whether the group leaves most of the trie to walk anyway (spaces, digits)."""
+        return group.member_count * _LARGE_GROUP_SHARE < len(self.vocab.trie.token_ids)
 
     def _chain(self, group, config: int, successor: int) -> np.ndarray | None:
         """Configurations after 0..max_chars characters of ``group`` (DEAD once they die), or

@@ -52,6 +52,9 @@ def _ascii(predicate) -> frozenset:
     return frozenset(b for b in range(128) if predicate(b))
 
 
+#: Most first bytes whose characters may go their own way in a near-uniform group.
+MAX_FIRST_EXCEPTIONS = 16
+
 # Largest first: the first group whose characters all loop is used.
 GROUP_SPECS = (
     GroupSpec("text", _ascii(lambda b: True), True),
@@ -92,8 +95,10 @@ class TokenGroup:
             setattr(self, name, np.asarray(arrays[name]))
         self.wide_chars = int(self.utf8_reach.reshape(-1)[0])
         self.member_count = len(self.member_ids)
-        top = int(self.member_ids[-1]) + 1 if self.member_count else 0
-        self.member_words = pack_ids(self.member_ids, top)
+        self._top = int(self.member_ids[-1]) + 1 if self.member_count else 0
+        self.member_words = pack_ids(self.member_ids, self._top)
+        self._first_bytes: tuple | None = None
+        self._members_without: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         # Longest character count that matters for a chain: a member's, or the
         # characters before an exit or a partial character.
         self.max_chars = int(
@@ -165,31 +170,80 @@ class TokenGroup:
         )
         return cls(spec, arrays)
 
+    def first_bytes(self, trie: TokenTrie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The first byte of each member, exit node and partial node (computed on first use)."""
+        if self._first_bytes is None:
+            node_of_token = np.zeros(max(self._top, int(trie.token_ids.max(initial=-1)) + 1), dtype=np.int32)
+            node_of_token[trie.token_ids] = trie.token_nodes
+            first = trie.first_bytes
+            self._first_bytes = (first[node_of_token[self.member_ids]], first[self.exit_nodes], first[self.partial_nodes])
+        return self._first_bytes
+
+    def members_without_first(self, trie: TokenTrie, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, packed words) of the members whose first byte is not one of ``values``."""
+        key = bytes(np.sort(values).astype(np.uint8))
+        found = self._members_without.get(key)
+        if found is None:
+            ids = self.member_ids[~_byte_flags(values)[self.first_bytes(trie)[0]]]
+            found = (ids, pack_ids(ids, self._top))
+            if len(self._members_without) >= _MEMBERS_WITHOUT_CACHE:
+                self._members_without.clear()
+            self._members_without[key] = found
+        return found
+
     def exits_from(
-        self, automaton, config, chain: np.ndarray | None = None
+        self, automaton, config, chain: np.ndarray | None = None, *, trie: TokenTrie | None = None,
+        skip_first: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For a config that loops on the group, live only: exit nodes and their configs,
         and tokens ending inside a character and their configs.
 
         With ``chain`` (the configuration after 0, 1, 2, ... characters of the group,
         DEAD-padded to ``max_chars + 1``), each tail starts from the chain
-        configuration of the characters before it instead of ``config``.
+        configuration of the characters before it instead of ``config``. Paths whose
+        first byte is one of ``skip_first`` (with the group's ``trie``) are left out.
         """
+        exit_nodes, exit_chars, exit_tails, exit_lengths = self.exit_nodes, self.exit_chars, self.exit_tails, self.exit_lengths
+        partial_nodes, partial_chars = self.partial_nodes, self.partial_chars
+        partial_tails, partial_lengths = self.partial_tails, self.partial_lengths
+        partial_ids, partial_owner = self.partial_ids, self.partial_owner
+        if skip_first is not None and len(skip_first):
+            skipped = _byte_flags(skip_first)
+            _, exit_first, partial_first = self.first_bytes(trie)
+            keep = ~skipped[exit_first]
+            exit_nodes, exit_chars, exit_tails, exit_lengths = exit_nodes[keep], exit_chars[keep], exit_tails[keep], exit_lengths[keep]
+            keep_partial = ~skipped[partial_first]
+            partial_chars, partial_tails, partial_lengths = (
+                partial_chars[keep_partial], partial_tails[keep_partial], partial_lengths[keep_partial]
+            )
+            renumber = np.cumsum(keep_partial) - 1
+            kept_tokens = keep_partial[partial_owner] if len(partial_ids) else np.zeros(0, dtype=bool)
+            partial_ids, partial_owner = partial_ids[kept_tokens], renumber[partial_owner[kept_tokens]]
         if chain is None:
             exit_starts, partial_starts = config, config
         else:
-            exit_starts, partial_starts = chain[self.exit_chars], chain[self.partial_chars]
-        exit_configs = _run_tails(automaton, exit_starts, self.exit_tails, self.exit_lengths)
+            exit_starts, partial_starts = chain[exit_chars], chain[partial_chars]
+        exit_configs = _run_tails(automaton, exit_starts, exit_tails, exit_lengths)
         live = exit_configs != DEAD
-        partial_configs = _run_tails(automaton, partial_starts, self.partial_tails, self.partial_lengths)
-        token_configs = partial_configs[self.partial_owner] if len(self.partial_ids) else partial_configs[:0]
+        partial_configs = _run_tails(automaton, partial_starts, partial_tails, partial_lengths)
+        token_configs = partial_configs[partial_owner] if len(partial_ids) else partial_configs[:0]
         partial_live = token_configs != DEAD
         return (
-            self.exit_nodes[live],
+            exit_nodes[live],
             exit_configs[live],
-            self.partial_ids[partial_live],
+            partial_ids[partial_live],
             token_configs[partial_live],
         )
+
+
+#: Bounds the member lists kept per set of excepted first bytes (each is as large as the group).
+_MEMBERS_WITHOUT_CACHE = 16
+
+
+def _byte_flags(values: np.ndarray) -> np.ndarray:
+    flags = np.zeros(256, dtype=bool)
+    flags[np.asarray(values, dtype=np.intp)] = True
+    return flags
 
 
 def _classifier_table(spec: GroupSpec) -> np.ndarray:
@@ -245,7 +299,7 @@ def loops_on(automaton, config: int, spec: GroupSpec, loop_bytes: np.ndarray) ->
     """Whether every character of the group leads ``config`` back to itself."""
     if not loop_bytes[spec.ascii_array].all():
         return False
-    return not spec.non_ascii or _utf8_leads_to(automaton, config, config)
+    return not spec.non_ascii or _utf8_leads_to(automaton, config, config, int(spec.ascii_array[0]))
 
 
 def uniform_successor(automaton, config: int, spec: GroupSpec, row: np.ndarray, *, wide: bool = True) -> int | None:
@@ -256,7 +310,7 @@ def uniform_successor(automaton, config: int, spec: GroupSpec, row: np.ndarray, 
     target = int(successors[0])
     if (successors != target).any():
         return None
-    if wide and spec.non_ascii and not _utf8_leads_to(automaton, config, target):
+    if wide and spec.non_ascii and not _utf8_leads_to(automaton, config, target, int(spec.ascii_array[0])):
         return None
     return target
 
@@ -267,13 +321,19 @@ _LEAD_HIGH = np.where(_LEADS == 0xED, 0x9F, np.where(_LEADS == 0xF4, 0x8F, 0xBF)
 _LEAD_MISSING = np.where(_LEADS < 0xE0, 1, np.where(_LEADS < 0xF0, 2, 3))
 
 
-def _utf8_leads_to(automaton, config: int, target: int) -> bool:
-    """Whether every well-formed multi-byte UTF-8 character leads ``config`` to ``target``.
+def _utf8_leads_to(automaton, config: int, target: int, ascii_byte: int) -> bool:
+    """Whether every well-formed multi-byte UTF-8 character leads ``config`` to ``target``,
+    where ``ascii_byte`` leads it.
 
-    Byte by byte over all characters at once: distinct (configuration, next byte
-    range, bytes missing) triples are expanded with one ``step_many`` per byte position.
-    A character dying on the way agrees with ``target == DEAD`` only.
+    An automaton may tell at once (``utf8_agrees``) without building the configurations
+    inside the characters. Otherwise byte by byte over all characters at once: distinct
+    (configuration, next byte range, bytes missing) triples are expanded with one
+    ``step_many`` per byte position. A character dying on the way agrees with
+    ``target == DEAD`` only.
     """
+    agrees = getattr(automaton, "utf8_agrees", None)
+    if agrees is not None and target != DEAD and agrees(config, ascii_byte):
+        return True
     reached = np.asarray(automaton.step_many(np.full(len(_LEADS), config, dtype=np.int32), _LEADS.astype(np.uint8)))
     if target == DEAD:
         # Every lead byte must die at once: a lead byte that lives could still finish a character.
@@ -354,6 +414,32 @@ class GroupTables:
             if loops_on(automaton, config, spec, loop_bytes):
                 return self.group(spec)
         return None
+
+    def near_uniform_groups(self, automaton, config: int, row: np.ndarray, larger_than: TokenGroup | None = None):
+        """Groups whose characters all lead ``config`` to one live configuration other than
+        ``config``, except the ASCII characters of a few first bytes (a key position next
+        to known keys: any string, but a known key's first letter leads into that key),
+        largest first: (group, that configuration, the excepted bytes). Only groups with
+        more members than ``larger_than`` are tried.
+        """
+        live = int((row >= 0).sum())
+        for spec in GROUP_SPECS:
+            if larger_than is not None and self.group(spec).member_count <= larger_than.member_count:
+                break
+            allowed_exceptions = min(MAX_FIRST_EXCEPTIONS, len(spec.ascii_bytes) // 4)
+            if live < len(spec.ascii_bytes) - allowed_exceptions:
+                continue
+            successors = row[spec.ascii_array]
+            values, counts = np.unique(successors, return_counts=True)
+            target = int(values[np.argmax(counts)])
+            if target == DEAD or target == config:
+                continue
+            exceptions = spec.ascii_array[successors != target]
+            if len(exceptions) > allowed_exceptions:
+                continue
+            if spec.non_ascii and not _utf8_leads_to(automaton, config, target, int(spec.ascii_array[0])):
+                continue
+            yield self.group(spec), target, exceptions.astype(np.uint8)
 
     def best_uniform_group(self, automaton, config: int, row: np.ndarray) -> tuple[TokenGroup, int] | None:
         """The largest group whose characters all lead ``config`` to one live configuration, and that one.

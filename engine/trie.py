@@ -35,7 +35,7 @@ class TokenTrie:
       token_start[n + 1], token_ids[...]    -- tokens whose bytes end exactly at the node
     """
 
-    __slots__ = _ARRAY_FIELDS + ("_byte_blob", "_node_has_tokens", "token_nodes", "__weakref__")
+    __slots__ = _ARRAY_FIELDS + ("_byte_blob", "_node_has_tokens", "token_nodes", "_first_bytes", "__weakref__")
 
     def __init__(self, **arrays: np.ndarray) -> None:
         for name in _ARRAY_FIELDS:
@@ -47,6 +47,7 @@ class TokenTrie:
         # ``token_start[level_start[a]]:token_start[level_start[b + 1]]``.
         counts = np.diff(self.token_start)
         self.token_nodes = np.repeat(np.arange(len(self.parent), dtype=np.int32), counts)
+        self._first_bytes: np.ndarray | None = None
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -135,6 +136,17 @@ class TokenTrie:
     @property
     def max_depth(self) -> int:
         return len(self.level_start) - 2
+
+    @property
+    def first_bytes(self) -> np.ndarray:
+        """The first byte of every node's path (uint8; 0 for the root), computed on first use."""
+        if self._first_bytes is None:
+            first = self.byte.copy()
+            for depth in range(2, self.max_depth + 1):
+                low, high = int(self.level_start[depth]), int(self.level_start[depth + 1])
+                first[low:high] = first[self.parent[low:high]]
+            self._first_bytes = first
+        return self._first_bytes
 
     def child(self, node: int, byte: int) -> int:
         """The child of ``node`` along ``byte``, or -1."""

@@ -517,3 +517,57 @@ def test_sparse_walk_hands_over_to_the_level_walk_without_losing_tokens(vocab, m
         assert set(matcher.allowed_token_ids().tolist()) == expected
         matcher.advance(token_id)
     assert matcher.text_bytes() == text
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "excepted"),
+    [
+        # A free key next to known ones: any string, but "v" may start a known key.
+        (r'"(var1|var2|[^"\\]*)"', b'"var3"', True),
+        (r'"(abc|ab|[^"\\]{0,5})"', b'"abx"', True),  # the same with a counted string
+        (r'"( "x|ab|[^"\\]*)"', b'"ab"', True),  # a token leaving the string after an excepted byte
+        (r'"(é|[^"\\]*)"', b'"\xc3\xa9x"', False),  # a multi-byte exception: the walk takes over
+    ],
+)
+def test_near_uniform_groups_agree_with_brute_force(vocab, pattern, text, excepted):
+    from surecall.engine import Grammar
+
+    grammar = Grammar.from_regex(pattern)
+    automaton = grammar.automaton
+    matcher = Matcher(grammar, vocab)
+    exceptions_seen = False
+    for value in text:
+        found = matcher._chain_group(matcher.config)
+        exceptions_seen |= found is not None and found[2] is not None
+        entry = matcher._entry(matcher.config)
+        expected = _brute_force_ends(automaton, vocab, matcher.config)
+        assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == expected
+        assert matcher.advance(vocab.tokenize_bytes(bytes([value]))[0]) is not Status.REJECTED
+    assert exceptions_seen == excepted
+    assert matcher.is_accepting()
+
+
+_MULTI_BYTE_SAMPLES = ["é", "߿", "ࠀ", "日", "\ud7ff", "\ue000", "￿", "𐀀", "😀", "\U0010ffff"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "prefix", "agrees"),
+    [
+        (r'"[^"\\]*"', b'"', True),
+        (r'"[^"\\]{0,4}"', b'"ab', True),
+        (r'"(x|[^"\\])*"', b'"', True),
+        (r'"[^"é]*"', b'"', False),  # é goes elsewhere
+        (r'"[a-z\u00e0-\u00ff]*"', b'"', False),  # only some two-byte characters
+    ],
+)
+def test_utf8_agreement_read_off_the_nfa_matches_stepping(pattern, prefix, agrees):
+    from surecall.engine import Grammar
+
+    automaton = Grammar.from_regex(pattern).automaton
+    config = automaton.step_bytes(automaton.initial, prefix)
+    ascii_byte = ord("a")
+    assert automaton.utf8_agrees(config, ascii_byte) == agrees
+    if agrees:
+        target = automaton.step(config, ascii_byte)
+        for char in _MULTI_BYTE_SAMPLES:
+            assert automaton.step_bytes(config, char.encode("utf-8", "surrogatepass")) == target, char
