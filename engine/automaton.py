@@ -164,6 +164,37 @@ def utf8_sequences(ranges: tuple[tuple[int, int], ...], negated: bool) -> tuple[
     return tuple(out)
 
 
+@lru_cache(maxsize=4096)
+def _sequence_template(sequences) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Byte positions matching the byte-range ``sequences``, as (masks, successors, heads):
+    position ``i`` reads ``masks[i]`` and goes to position ``successors[i]`` (-1: past the
+    character). Sequences share the positions of equal suffixes, and first bytes leading
+    to the same position are one position: a character class costs a dozen positions."""
+    masks: list[int] = []
+    successors: list[int] = []
+    tails: dict = {}
+
+    def tail(suffix) -> int:
+        found = tails.get(suffix)
+        if found is None:
+            follow = tail(suffix[1:]) if len(suffix) > 1 else -1
+            masks.append(_range_mask(*suffix[0]))
+            successors.append(follow)
+            found = tails[suffix] = len(masks) - 1
+        return found
+
+    first_bytes: dict[int, int] = {}
+    for sequence in sequences:
+        follow = tail(sequence[1:]) if len(sequence) > 1 else -1
+        first_bytes[follow] = first_bytes.get(follow, 0) | _range_mask(*sequence[0])
+    heads = []
+    for follow, mask in first_bytes.items():
+        masks.append(mask)
+        successors.append(follow)
+        heads.append(len(masks) - 1)
+    return tuple(masks), tuple(successors), tuple(heads)
+
+
 def _range_mask(lo: int, hi: int) -> int:
     return ((1 << (hi + 1)) - 1) ^ ((1 << lo) - 1)
 
@@ -262,6 +293,19 @@ class _Nfa:
         if len(self.kind) > MAX_NFA_POSITIONS:
             raise self.too_large()
         return len(self.kind) - 1
+
+    def add_many(self, kind: int, masks, outs, arg: int, owner: int) -> int:
+        """Add positions of one kind, in order; returns the first one's index."""
+        first = len(self.kind)
+        count = len(masks)
+        self.kind.extend([kind] * count)
+        self.mask.extend(masks)
+        self.out.extend(outs)
+        self.arg.extend([arg] * count)
+        self.owner.extend([owner] * count)
+        if len(self.kind) > MAX_NFA_POSITIONS:
+            raise self.too_large()
+        return first
 
     def reverse_graph(self) -> "_ReverseGraph":
         if self._reverse is None:
@@ -396,9 +440,13 @@ class _NfaBuilder:
     def emit(self, node: Node, nxt: int) -> int:
         t = type(node)
         if t is Bytes:
-            for b in reversed(node.value):
-                nxt = self._new(_BYTE, 1 << b, nxt)
-            return nxt
+            value = node.value
+            if not value:
+                return nxt
+            first = len(self.nfa.kind)
+            outs = list(range(first + 1, first + len(value)))
+            outs.append(nxt)
+            return self.nfa.add_many(_BYTE, [1 << b for b in value], outs, -1, self.owner)
         if t is ByteSet:
             mask = _byteset_mask(node.ranges)
             return self._new(_BYTE, mask, nxt) if mask else self._nothing()
@@ -475,18 +523,13 @@ class _NfaBuilder:
     def _emit_sequences(self, sequences, nxt: int, tag: int) -> int:
         if not sequences:
             return self._nothing()
-        memo: dict = {}
-
-        def chain(suffix) -> int:
-            found = memo.get(suffix)
-            if found is None:
-                follow = chain(suffix[1:]) if len(suffix) > 1 else nxt
-                lo, hi = suffix[0]
-                found = memo[suffix] = self._new(_BYTE, _range_mask(lo, hi), follow, tag)
-            return found
-
-        heads = [chain(seq) for seq in sequences]
-        return heads[0] if len(heads) == 1 else self._new(_EPS, out=heads)
+        masks, successors, heads = _sequence_template(sequences)
+        first = len(self.nfa.kind)
+        outs = [nxt if successor < 0 else first + successor for successor in successors]
+        self.nfa.add_many(_BYTE, masks, outs, tag, self.owner)
+        if len(heads) == 1:
+            return first + heads[0]
+        return self._new(_EPS, out=[first + head for head in heads])
 
     def _emit_except(self, node: Except, nxt: int) -> int:
         strings = tuple(bytes(s) for s in node.strings)

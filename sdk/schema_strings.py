@@ -14,6 +14,8 @@ Unconstrained strings and plain length limits accept every spelling, ``\\uXXXX``
 
 from __future__ import annotations
 
+import re
+
 from surecall.engine.ir import (
     EMPTY,
     NOTHING,
@@ -147,7 +149,20 @@ def encode_char_ranges(ranges: list[tuple[int, int]]) -> Node:
 
 def encode_text(text: str) -> Node:
     """The JSON spellings of the decoded string ``text`` (without the quotes)."""
-    return seq(*(encode_char_ranges([(ord(char), ord(char))]) for char in text)) if text else EMPTY
+    if not text:
+        return EMPTY
+    # Most characters have one spelling, themselves: runs of them are one literal.
+    parts: list[Node] = []
+    for run in _ESCAPABLE_RUNS.split(text):
+        if _ESCAPABLE_RUNS.fullmatch(run):
+            parts.extend(encode_char_ranges([(ord(char), ord(char))]) for char in run)
+        elif run:
+            parts.append(literal(run))
+    return seq(*parts)
+
+
+#: Runs of the characters with more than one JSON spelling (escapes), captured by ``split``.
+_ESCAPABLE_RUNS = re.compile(r'([\x00-\x1f"\\/]+)')
 
 
 def encode_regular(node: Node) -> Node:

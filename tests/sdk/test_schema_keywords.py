@@ -355,3 +355,13 @@ def test_if_then_else_apply_from_draft_7_and_are_unknown_words_before():
     assert not draft7.accepts(untitled_action)
     assert draft7.accepts('{"kind":"action","title":"t"}')
     assert draft4.accepts(untitled_action)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(max_size=12))
+def test_string_constants_accept_every_json_spelling_of_the_text(text):
+    grammar = grammar_from_schema({"const": text})
+    spelled = json.dumps(text, ensure_ascii=False)
+    assert grammar.accepts(spelled)
+    assert grammar.accepts(spelled.replace("/", "\\/"))
+    assert not grammar.accepts(json.dumps(text + "x", ensure_ascii=False))
