@@ -124,8 +124,8 @@ class _Frame:
 
     def copy(self) -> "_Frame":
         twin = _Frame.__new__(_Frame)
-        for name in _Frame.__slots__:
-            setattr(twin, name, getattr(self, name))
+        twin.is_array, twin.path, twin.unique, twin.seen = self.is_array, self.path, self.unique, self.seen
+        twin.index, twin.expect_key, twin.key, twin.start = self.index, self.expect_key, self.key, self.start
         return twin
 
     def child_path(self) -> tuple:
@@ -190,17 +190,26 @@ class UniqueItemsCheck:
         """The state after ``data``, or None once an array that must be unique has a repeated item."""
         new = ScanState.__new__(ScanState)
         text = new.text = state.text + data
-        frames = [frame.copy() for frame in state.frames]
+        # Frames are shared with ``state`` until this feed changes them (only the innermost
+        # one ever changes): most tokens touch none, and deep documents have many.
+        frames = list(state.frames)
+        owned = [False] * len(frames)
         in_string, escaped = state.in_string, state.escaped
         string_start, string_is_key, scalar_start = state.string_start, state.string_is_key, state.scalar_start
+
+        def innermost() -> _Frame:
+            if not owned[-1]:
+                frames[-1] = frames[-1].copy()
+                owned[-1] = True
+            return frames[-1]
 
         def completed(start: int, end: int) -> bool:
             if not frames or not frames[-1].is_array or not frames[-1].unique:
                 return True
-            frame = frames[-1]
             value = canonical(_parse(text[start:end]))
-            if value in frame.seen:
+            if value in frames[-1].seen:
                 return False
+            frame = innermost()
             frame.seen = frame.seen | {value}
             return True
 
@@ -214,7 +223,7 @@ class UniqueItemsCheck:
                 elif byte == 0x22:
                     in_string = False
                     if string_is_key:
-                        frames[-1].key = _parse(text[string_start : i + 1])
+                        innermost().key = _parse(text[string_start : i + 1])
                     elif not completed(string_start, i + 1):
                         return None
                 continue
@@ -237,21 +246,23 @@ class UniqueItemsCheck:
                 is_array = byte == 0x5B
                 path = frames[-1].child_path() if frames else ()
                 frames.append(_Frame(is_array, path, is_array and self._unique_at(path), i))
+                owned.append(True)
             elif byte in (0x5D, 0x7D):
                 if not frames:
                     continue
                 closed = frames.pop()
+                owned.pop()
                 if not completed(closed.start, i + 1):
                     return None
             elif byte == 0x2C:
                 if frames:
                     if frames[-1].is_array:
-                        frames[-1].index += 1
+                        innermost().index += 1
                     else:
-                        frames[-1].expect_key = True
+                        innermost().expect_key = True
             elif byte == 0x3A:
                 if frames:
-                    frames[-1].expect_key = False
+                    innermost().expect_key = False
             else:
                 scalar_start = i
                 # A literal is decided by its first letter: a repeated one is refused before it is spelled out.

@@ -145,3 +145,32 @@ def test_draft7_ignores_unique_items_next_to_ref():
     grammar = grammar_from_schema(schema, property_order="any")
     assert grammar.accepts('{"a":[1,1]}') and not grammar.accepts('{"b":[1,1]}')
     assert grammar.accepts('{"a":[1,1]}') == jsonschema.Draft7Validator(schema).is_valid({"a": [1, 1]})
+
+
+def _frames_of(state) -> tuple:
+    return tuple((f.is_array, f.path, f.unique, f.seen, f.index, f.expect_key, f.key, f.start) for f in state.frames)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    text=st.sampled_from([b'[[1,2],[2,1],[1,2]]', b'{"a":[1,"x",[1]],"b":[[1],[1]]}', b'[{"k":[1,1]},{"k":[1]}]']),
+    cuts=st.lists(st.integers(0, 40), max_size=6),
+    branch=st.sampled_from([b"1]", b'"x"],', b"]]", b",[1", b'}],[{"k":']),
+)
+def test_feeding_in_pieces_matches_whole_text_and_leaves_earlier_states_untouched(text, cuts, branch):
+    schema = {"type": ["array", "object"], "items": {"type": "array", "uniqueItems": True},
+              "additionalProperties": {"type": "array", "uniqueItems": True}, "uniqueItems": True}
+    check = grammar_from_schema(schema).text_check
+    state, start = check.initial(), 0
+    for cut in sorted({min(cut, len(text)) for cut in cuts} | {len(text)}):
+        before = _frames_of(state)
+        try:  # a branch not taken must not change the state it started from
+            check.feed(state, branch)
+        except ValueError:  # text the grammar would never allow here
+            pass
+        assert _frames_of(state) == before
+        state = check.feed(state, text[start:cut])
+        start = cut
+        if state is None:
+            break
+    assert (state is not None) == check.accepts(text)
