@@ -266,8 +266,82 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(run_tails_doc,
+"run_tails(automaton, starts, tails, lengths, out)\n"
+"\n"
+"The configuration after each short byte string: ``out[i]`` is ``starts[i]`` stepped\n"
+"through the first ``lengths[i]`` bytes of row ``i`` of ``tails`` (uint8, 4 per row),\n"
+"-1 once dead, with the same table reads and ``automaton.step`` calls as ``walk``.\n"
+"``starts``, ``lengths`` and the writable ``out`` are int32.");
+
+static PyObject *run_tails(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *automaton, *starts_obj, *tails_obj, *lengths_obj;
+    Py_buffer out = {0};
+    if (!PyArg_ParseTuple(args, "OOOOw*:run_tails", &automaton, &starts_obj, &tails_obj, &lengths_obj, &out)) {
+        return NULL;
+    }
+    Py_buffer table = {0}, starts_view = {0}, tails_view = {0}, lengths_view = {0};
+    PyObject *step = NULL, *result = NULL;
+    if (get_int32_buffer(starts_obj, &starts_view, "starts") < 0 ||
+        PyObject_GetBuffer(tails_obj, &tails_view, PyBUF_SIMPLE) < 0 ||
+        get_int32_buffer(lengths_obj, &lengths_view, "lengths") < 0 || refresh_table(automaton, &table) < 0) {
+        goto done;
+    }
+    const Py_ssize_t count = starts_view.len / (Py_ssize_t)sizeof(int32_t);
+    if (lengths_view.len != starts_view.len || out.len < starts_view.len || tails_view.len != count * 4) {
+        PyErr_SetString(PyExc_ValueError, "run_tails: arrays of inconsistent lengths");
+        goto done;
+    }
+    step = PyObject_GetAttrString(automaton, "step");
+    if (step == NULL) {
+        goto done;
+    }
+    const int32_t *starts = (const int32_t *)starts_view.buf, *lengths = (const int32_t *)lengths_view.buf;
+    const uint8_t *tails = (const uint8_t *)tails_view.buf;
+    int32_t *ends = (int32_t *)out.buf;
+    Py_ssize_t num_rows = table.len / ROW_BYTES;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t config = starts[i];
+        if (lengths[i] < 0 || lengths[i] > 4) {
+            PyErr_SetString(PyExc_ValueError, "run_tails: a tail longer than 4 bytes");
+            goto done;
+        }
+        for (int32_t position = 0; position < lengths[i] && config != DEAD; position++) {
+            if (config < 0 || config >= num_rows) {
+                PyErr_SetString(PyExc_ValueError, "run_tails: configuration out of range");
+                goto done;
+            }
+            const uint8_t value = tails[i * 4 + position];
+            int32_t after = ((const int32_t *)table.buf)[(Py_ssize_t)config * ROW_WIDTH + value];
+            if (after == UNKNOWN) {
+                after = compute_entry(step, config, value);
+                if (after == UNKNOWN || refresh_table(automaton, &table) < 0) {
+                    goto done;
+                }
+                num_rows = table.len / ROW_BYTES;
+            }
+            config = after;
+        }
+        ends[i] = config;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+
+done:
+    Py_XDECREF(step);
+    Py_buffer *views[] = {&table, &starts_view, &tails_view, &lengths_view, &out};
+    for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
+        if (views[i]->obj != NULL) {
+            PyBuffer_Release(views[i]);
+        }
+    }
+    return result;
+}
+
 static PyMethodDef native_methods[] = {
     {"walk", walk, METH_VARARGS, walk_doc},
+    {"run_tails", run_tails, METH_VARARGS, run_tails_doc},
     {"nfa_tables", nfa_tables, METH_VARARGS, nfa_tables_doc},
     {"close", close_items, METH_VARARGS, close_doc},
     {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},

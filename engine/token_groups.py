@@ -28,6 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
+from . import native
 from .trie import TokenTrie, distinct, pack_ids
 from .vocab import TokenVocabulary, store_arrays
 
@@ -287,6 +288,13 @@ def _tails(trie, nodes: np.ndarray, start_depth: np.ndarray) -> tuple[np.ndarray
 def _run_tails(automaton, start, tails: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Configurations after each tail, from ``start`` (one config, or one per tail)."""
     configs = np.array(np.broadcast_to(np.asarray(start, dtype=np.int32), lengths.shape))
+    if native.run_tails is not None and hasattr(automaton, "transition_table"):
+        ends = np.empty_like(configs)
+        native.run_tails(
+            automaton, configs, np.ascontiguousarray(tails, dtype=np.uint8),
+            np.ascontiguousarray(lengths, dtype=np.int32), ends,
+        )
+        return ends
     for position in range(4):
         active = np.flatnonzero((lengths > position) & (configs != DEAD))
         if not len(active):

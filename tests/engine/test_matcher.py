@@ -17,6 +17,7 @@ doubles = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(doubles)
 
 EOS = 1
+DEAD = -1
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,33 @@ def test_native_walk_rejects_malformed_arguments(vocab):
     assert found == 2 * len(trie.token_ids)
 
 
+@pytest.mark.skipif(native.run_tails is None, reason="the native extension is not built")
+def test_native_tails_step_a_lazy_moving_table_and_refuse_malformed_arguments():
+    rng = np.random.default_rng(7)
+    transitions = {state: {value: int(rng.integers(0, 6)) for value in range(0, 256, 3)} for state in range(6)}
+    automaton = doubles.LazyTableAutomaton(transitions, {0})
+    tails = rng.integers(0, 256, size=(300, 4)).astype(np.uint8)
+    lengths = rng.integers(0, 5, size=300).astype(np.int32)
+    starts = rng.integers(0, 6, size=300).astype(np.int32)
+    ends = np.empty(300, dtype=np.int32)
+    native.run_tails(automaton, starts, tails, lengths, ends)
+    expected = []
+    for start, tail, length in zip(starts.tolist(), tails, lengths.tolist()):
+        for value in tail[:length].tolist():
+            start = automaton.step(start, value)
+            if start == DEAD:
+                break
+        expected.append(start)
+    assert ends.tolist() == expected
+    assert automaton.fills > 7  # the table moved while the tails ran
+    with pytest.raises(ValueError, match="inconsistent lengths"):
+        native.run_tails(automaton, starts, tails[:10], lengths, ends)
+    with pytest.raises(ValueError, match="longer than 4"):
+        native.run_tails(automaton, starts[:1], tails[:1], np.array([5], dtype=np.int32), ends)
+    with pytest.raises(ValueError, match="out of range"):
+        native.run_tails(automaton, np.array([99], dtype=np.int32), tails[:1], np.array([1], dtype=np.int32), ends)
+
+
 @pytest.mark.parametrize("make", [doubles.json_like_record, doubles.digits_then_letters])
 def test_native_and_numpy_walks_agree(vocab, monkeypatch, make):
     automaton = make()
@@ -120,6 +148,7 @@ def test_native_and_numpy_walks_agree(vocab, monkeypatch, make):
     configs = [c for c in range(automaton.table.shape[0]) if automaton.can_continue(c)]
     with_native = {c: doubles.walked_tokens(Matcher(grammar, vocab), c) for c in configs}
     monkeypatch.setattr(native, "walk", None)
+    monkeypatch.setattr(native, "run_tails", None)
     for config in configs:
         assert doubles.walked_tokens(Matcher(grammar, vocab), config) == with_native[config], config
 
