@@ -51,6 +51,10 @@ typedef struct {
     int32_t *stack;
     PyObject *pending;   /* automaton.PENDING */
     PyObject *self_origin;
+    PyObject **positions; /* the Python int of each position, made on first use */
+    PyObject *masks;     /* the NFA's mask list (256-bit ints) */
+    int32_t *mask_id;    /* per position: its mask's index among distinct masks, -1 unknown */
+    PyObject *mask_ids;  /* {mask: index} */
 } NfaTables;
 
 static void tables_free(NfaTables *t) {
@@ -63,6 +67,15 @@ static void tables_free(NfaTables *t) {
     free(t->visit_stamp); free(t->stack);
     Py_XDECREF(t->pending);
     Py_XDECREF(t->self_origin);
+    if (t->positions != NULL) {
+        for (Py_ssize_t p = 0; p < t->size; p++) {
+            Py_XDECREF(t->positions[p]);
+        }
+        free(t->positions);
+    }
+    Py_XDECREF(t->masks);
+    Py_XDECREF(t->mask_ids);
+    free(t->mask_id);
     free(t);
 }
 
@@ -97,20 +110,21 @@ static void *zeroed(Py_ssize_t count, size_t item) {
 }
 
 const char nfa_tables_doc[] = (
-"nfa_tables(kind, out, arg, useful, scans, rule_start, counters, except_limited, pending)\n"
+"nfa_tables(kind, out, arg, useful, scans, rule_start, counters, except_limited, pending, masks)\n"
 "\n"
 "The NFA as C arrays, for ``close`` and ``plain_scans``: lists as in ``automaton._Nfa``\n"
 "(``out`` holds an int, a list of epsilon targets or a (body, after) pair), ``scans``\n"
 "the positions scanning a byte set (bytes of 0/1), ``except_limited`` whether each\n"
-"except! region counts tokens, ``pending`` the token state of an any! met mid-token.");
+"except! region counts tokens, ``pending`` the token state of an any! met mid-token,\n"
+"``masks`` the byte set of each position (``_Nfa.mask``).");
 
 PyObject *nfa_tables(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *kind, *out, *arg, *useful, *rule_start, *counters, *except_limited, *pending;
+    PyObject *kind, *out, *arg, *useful, *rule_start, *counters, *except_limited, *pending, *masks;
     Py_buffer scans = {0};
-    if (!PyArg_ParseTuple(args, "O!O!O!O!y*O!O!O!O:nfa_tables", &PyList_Type, &kind, &PyList_Type, &out,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!y*O!O!O!OO!:nfa_tables", &PyList_Type, &kind, &PyList_Type, &out,
                           &PyList_Type, &arg, &PyList_Type, &useful, &scans, &PyList_Type, &rule_start,
-                          &PyList_Type, &counters, &PyList_Type, &except_limited, &pending)) {
+                          &PyList_Type, &counters, &PyList_Type, &except_limited, &pending, &PyList_Type, &masks)) {
         return NULL;
     }
     const Py_ssize_t n = PyList_GET_SIZE(kind);
@@ -120,7 +134,8 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
         return NULL;
     }
     t->size = n;
-    if (PyList_GET_SIZE(out) != n || PyList_GET_SIZE(arg) != n || PyList_GET_SIZE(useful) != n || scans.len != n) {
+    if (PyList_GET_SIZE(out) != n || PyList_GET_SIZE(arg) != n || PyList_GET_SIZE(useful) != n || scans.len != n ||
+        PyList_GET_SIZE(masks) != n) {
         PyErr_SetString(PyExc_ValueError, "nfa_tables: position lists of different lengths");
         goto fail;
     }
@@ -133,7 +148,8 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
         !(t->counter_low = zeroed(t->num_counters, sizeof(long))) ||
         !(t->counter_high = zeroed(t->num_counters, sizeof(long))) ||
         !(t->except_limited = zeroed(t->num_excepts, 1)) || !(t->local_start = zeroed(n, 4)) ||
-        !(t->local_len = zeroed(n, 4)) || !(t->visit_stamp = zeroed(n, 4)) || !(t->stack = zeroed(n, 4))) {
+        !(t->local_len = zeroed(n, 4)) || !(t->visit_stamp = zeroed(n, 4)) || !(t->stack = zeroed(n, 4)) ||
+        !(t->positions = zeroed(n, sizeof(PyObject *))) || !(t->mask_id = zeroed(n, 4))) {
         goto fail;
     }
     memcpy(t->scans, scans.buf, (size_t)n);
@@ -146,6 +162,7 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
         t->kind[p] = (int8_t)value;
         t->useful[p] = (uint8_t)PyObject_IsTrue(PyList_GET_ITEM(useful, p));
         t->local_start[p] = -1;
+        t->mask_id[p] = -1;
         PyObject *arg_value = PyList_GET_ITEM(arg, p);
         long arg_long = PyLong_AsLong(arg_value);
         if (arg_long == -1 && PyErr_Occurred()) {
@@ -246,6 +263,11 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
     }
     Py_INCREF(pending);
     t->pending = pending;
+    Py_INCREF(masks);
+    t->masks = masks;
+    if ((t->mask_ids = PyDict_New()) == NULL) {
+        goto fail;
+    }
     t->self_origin = PyLong_FromLong(SELF);
     if (t->self_origin == NULL) {
         goto fail;
@@ -307,20 +329,25 @@ static int local_closure(NfaTables *t, int32_t p, const int32_t **positions, int
     return 0;
 }
 
-/* (position, origin, watch, token_state), stealing no references. */
-static PyObject *item_of(int32_t position, PyObject *origin, PyObject *watch, PyObject *token_state) {
-    PyObject *p = PyLong_FromLong(position);
-    if (p == NULL) {
-        return NULL;
+/* The Python int of a position (borrowed; the tables keep it). */
+static PyObject *position_object(NfaTables *t, int32_t position) {
+    PyObject *found = t->positions[position];
+    if (found == NULL) {
+        found = t->positions[position] = PyLong_FromLong(position);
     }
-    PyObject *item = PyTuple_Pack(4, p, origin, watch, token_state);
-    Py_DECREF(p);
-    return item;
+    return found;
+}
+
+/* (position, origin, watch, token_state), stealing no references. */
+static PyObject *item_of(NfaTables *t, int32_t position, PyObject *origin, PyObject *watch, PyObject *token_state) {
+    PyObject *p = position_object(t, position);
+    return p == NULL ? NULL : PyTuple_Pack(4, p, origin, watch, token_state);
 }
 
 /* Append a new item to ``work``; -1 on failure. */
-static int push(PyObject *work, int32_t position, PyObject *origin, PyObject *watch, PyObject *token_state) {
-    PyObject *item = item_of(position, origin, watch, token_state);
+static int push(NfaTables *t, PyObject *work, int32_t position, PyObject *origin, PyObject *watch,
+                PyObject *token_state) {
+    PyObject *item = item_of(t, position, origin, watch, token_state);
     if (item == NULL) {
         return -1;
     }
@@ -440,11 +467,11 @@ PyObject *close_items(PyObject *self, PyObject *args) {
             switch (k) {
             case K_BYTE:
             case K_ACCEPT:
-                made = item_of(q, o, w, state);
+                made = item_of(t, q, o, w, state);
                 status = made ? PySet_Add(items, made) : -1;
                 break;
             case K_CALL: {
-                made = item_of(q, o, w, state);
+                made = item_of(t, q, o, w, state);
                 if (made == NULL) {
                     status = -1;
                     break;
@@ -478,7 +505,7 @@ PyObject *close_items(PyObject *self, PyObject *args) {
                 }
                 PyObject *origin = pair(t->self_origin, w);
                 if (origin == NULL || PyList_Append(callers_of_rule, made) < 0 ||
-                    push(work, t->rule_start[a], origin, w, Py_None) < 0) {
+                    push(t, work, t->rule_start[a], origin, w, Py_None) < 0) {
                     Py_XDECREF(origin);
                     Py_DECREF(key);
                     status = -1;
@@ -497,7 +524,7 @@ PyObject *close_items(PyObject *self, PyObject *args) {
                     break;
                 }
                 while ((done_watch = PyIter_Next(iterator)) != NULL) {
-                    status = push(work, t->out[q], o, done_watch, state);
+                    status = push(t, work, t->out[q], o, done_watch, state);
                     Py_DECREF(done_watch);
                     if (status < 0) {
                         break;
@@ -552,7 +579,7 @@ PyObject *close_items(PyObject *self, PyObject *args) {
                         PyObject *co, *cw, *ct;
                         status = unpack_item(t, PyList_GET_ITEM(waiting, c), &cq, &co, &cw, &ct);
                         if (status == 0) {
-                            status = push(work, t->out[cq], co, w, ct);
+                            status = push(t, work, t->out[cq], co, w, ct);
                         }
                     }
                     break;
@@ -577,29 +604,29 @@ PyObject *close_items(PyObject *self, PyObject *args) {
                         PyErr_SetString(PyExc_ValueError, "a caller entry is not a 3-tuple");
                         status = -1;
                     } else if ((status = as_index(PyTuple_GET_ITEM(entry, 0), t->size, &ret)) == 0) {
-                        status = push(work, (int32_t)ret, PyTuple_GET_ITEM(entry, 1), w, PyTuple_GET_ITEM(entry, 2));
+                        status = push(t, work, (int32_t)ret, PyTuple_GET_ITEM(entry, 1), w, PyTuple_GET_ITEM(entry, 2));
                     }
                 }
                 break;
             }
             case K_ANY_START:
-                made = item_of(q, o, w, any_token_state);
+                made = item_of(t, q, o, w, any_token_state);
                 status = made ? PySet_Add(items, made) : -1;
                 break;
             case K_ANY_INSIDE:
-                made = item_of(q, o, w, Py_None);
+                made = item_of(t, q, o, w, Py_None);
                 status = made ? PySet_Add(items, made) : -1;
                 if (status == 0 && text_mode) {
-                    status = push(work, a, o, w, Py_None);
+                    status = push(t, work, a, o, w, Py_None);
                 }
                 break;
             case K_EX_ENTER:
-                status = push(work, t->out[q], o, w, (!text_mode && t->except_limited[a]) ? limited_state : Py_None);
+                status = push(t, work, t->out[q], o, w, (!text_mode && t->except_limited[a]) ? limited_state : Py_None);
                 break;
             case K_COUNT_ENTER:
-                status = push(work, t->out[q], o, w, zero);
+                status = push(t, work, t->out[q], o, w, zero);
                 if (status == 0 && t->counter_low[a] == 0) {
-                    status = push(work, t->after[q], o, w, Py_None);
+                    status = push(t, work, t->after[q], o, w, Py_None);
                 }
                 break;
             case K_COUNT_HUB: {
@@ -611,16 +638,16 @@ PyObject *close_items(PyObject *self, PyObject *args) {
                 done_count += 1;
                 if (done_count < t->counter_high[a]) {
                     PyObject *number = PyLong_FromLong(done_count);
-                    status = number ? push(work, t->out[q], o, w, number) : -1;
+                    status = number ? push(t, work, t->out[q], o, w, number) : -1;
                     Py_XDECREF(number);
                 }
                 if (status == 0 && done_count >= t->counter_low[a]) {
-                    status = push(work, t->after[q], o, w, Py_None);
+                    status = push(t, work, t->after[q], o, w, Py_None);
                 }
                 break;
             }
             case K_EX_EXIT:
-                status = push(work, t->out[q], o, w, Py_None);
+                status = push(t, work, t->out[q], o, w, Py_None);
                 break;
             default:  /* intersections: Python's closure handles them */
                 Py_INCREF(Py_None);
@@ -651,31 +678,58 @@ done:
 }
 
 const char plain_scans_doc[] = (
-"plain_scans(tables, items, config, masks)\n"
+"plain_scans(tables, items, config)\n"
 "\n"
 "As ``ByteAutomaton._plain_scans``: the items after one byte, by the byte set that\n"
 "scans them ({mask: tuple of items}), or None when the row needs Python's by-class\n"
-"scan (watches, intersections, except! positions). ``masks`` is the NFA's mask list.");
+"scan (watches, intersections, except! positions).");
+
+/* The index of position ``p``'s mask among the distinct masks, -1 on error. */
+static int32_t mask_index(NfaTables *t, int32_t p) {
+    if (t->mask_id[p] < 0) {
+        PyObject *mask = PyList_GET_ITEM(t->masks, p);
+        PyObject *found = PyDict_GetItemWithError(t->mask_ids, mask);
+        long index;
+        if (found != NULL) {
+            index = PyLong_AsLong(found);
+        } else if (PyErr_Occurred()) {
+            return -1;
+        } else {
+            index = (long)PyDict_GET_SIZE(t->mask_ids);
+            PyObject *number = PyLong_FromLong(index);
+            int status = number == NULL ? -1 : PyDict_SetItem(t->mask_ids, mask, number);
+            Py_XDECREF(number);
+            if (status < 0) {
+                return -1;
+            }
+        }
+        t->mask_id[p] = (int32_t)index;
+    }
+    return t->mask_id[p];
+}
+
+#define MAX_SCAN_GROUPS 64
 
 PyObject *plain_scans(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *capsule, *items, *masks;
+    PyObject *capsule, *items;
     long config;
-    if (!PyArg_ParseTuple(args, "OO!lO!:plain_scans", &capsule, &PyFrozenSet_Type, &items, &config, &PyList_Type,
-                          &masks)) {
+    if (!PyArg_ParseTuple(args, "OO!l:plain_scans", &capsule, &PyFrozenSet_Type, &items, &config)) {
         return NULL;
     }
     NfaTables *t = tables_of(capsule);
     if (t == NULL) {
         return NULL;
     }
-    if (PyList_GET_SIZE(masks) != t->size) {
-        PyErr_SetString(PyExc_ValueError, "plain_scans: the mask list does not match the tables");
-        return NULL;
-    }
-    PyObject *by_mask = PyDict_New(), *config_number = PyLong_FromLong(config), *iterator = NULL, *item;
-    PyObject *result = NULL;
-    if (by_mask == NULL || config_number == NULL || (iterator = PyObject_GetIter(items)) == NULL) {
+    /* Items grouped by the index of their mask: a few groups, searched in order. */
+    int32_t group_mask[MAX_SCAN_GROUPS];
+    int32_t group_position[MAX_SCAN_GROUPS];
+    PyObject *groups[MAX_SCAN_GROUPS];
+    int num_groups = 0;
+    PyObject *config_number = PyLong_FromLong(config), *iterator = NULL, *item, *result = NULL;
+    PyObject *last_watch = NULL, *last_origin = NULL;  /* the SELF origin made for ``last_watch`` */
+    PyObject *by_mask = NULL;
+    if (config_number == NULL || (iterator = PyObject_GetIter(items)) == NULL) {
         goto done;
     }
     while ((item = PyIter_Next(iterator)) != NULL) {
@@ -704,55 +758,66 @@ PyObject *plain_scans(PyObject *self, PyObject *args) {
             state = Py_None;
         }
         PyObject *origin = o;
-        Py_INCREF(origin);
         if (o != Py_None) {
             PyObject *call_watch;
             long origin_config;
             int self_call = is_self_origin(o, &call_watch, &origin_config);
-            if (self_call == 1) {
-                Py_DECREF(origin);
-                origin = pair(config_number, call_watch);
-            }
-            if (self_call < 0 || origin == NULL) {
-                Py_XDECREF(origin);
+            if (self_call < 0) {
                 Py_DECREF(item);
                 goto done;
             }
+            if (self_call) {
+                if (last_origin == NULL || call_watch != last_watch) {
+                    PyObject *made = pair(config_number, call_watch);
+                    if (made == NULL) {
+                        Py_DECREF(item);
+                        goto done;
+                    }
+                    Py_XDECREF(last_origin);
+                    last_origin = made;
+                    last_watch = call_watch;  /* alive through last_origin */
+                }
+                origin = last_origin;
+            }
         }
-        PyObject *scanned = item_of(t->out[p], origin, Py_None, state);
-        Py_DECREF(origin);
+        PyObject *scanned = item_of(t, t->out[p], origin, Py_None, state);
         Py_DECREF(item);
-        if (scanned == NULL) {
+        const int32_t mask = scanned == NULL ? -1 : mask_index(t, p);
+        if (mask < 0) {
+            Py_XDECREF(scanned);
             goto done;
         }
-        PyObject *mask = PyList_GET_ITEM(masks, p);
-        PyObject *group = PyDict_GetItemWithError(by_mask, mask);
-        int status;
-        if (group == NULL) {
-            group = PyErr_Occurred() ? NULL : PyList_New(0);
-            status = group == NULL ? -1 : PyDict_SetItem(by_mask, mask, group);
-            Py_XDECREF(group);  /* the dict holds it */
-        } else {
-            status = 0;
+        int g = 0;
+        while (g < num_groups && group_mask[g] != mask) {
+            g++;
         }
-        if (status == 0) {
-            status = PyList_Append(group, scanned);
+        if (g == num_groups) {
+            if (num_groups == MAX_SCAN_GROUPS || (groups[g] = PyList_New(0)) == NULL) {
+                Py_DECREF(scanned);
+                if (!PyErr_Occurred()) {  /* more byte sets than groups: Python's scan handles it */
+                    Py_INCREF(Py_None);
+                    result = Py_None;
+                }
+                goto done;
+            }
+            group_mask[g] = mask;
+            group_position[g] = p;
+            num_groups++;
         }
+        int status = PyList_Append(groups[g], scanned);
         Py_DECREF(scanned);
         if (status < 0) {
             goto done;
         }
     }
-    if (PyErr_Occurred()) {
+    if (PyErr_Occurred() || (by_mask = PyDict_New()) == NULL) {
         goto done;
     }
     /* Tuples: rows keep these until complete, and tuples of plain values drop out of the
      * garbage collector's tracking where lists would not. */
-    PyObject *mask, *group;
-    Py_ssize_t position = 0;
-    while (PyDict_Next(by_mask, &position, &mask, &group)) {
-        PyObject *frozen = PyList_AsTuple(group);
-        if (frozen == NULL || PyDict_SetItem(by_mask, mask, frozen) < 0) {
+    for (int g = 0; g < num_groups; g++) {
+        PyObject *frozen = PyList_AsTuple(groups[g]);
+        if (frozen == NULL || PyDict_SetItem(by_mask, PyList_GET_ITEM(t->masks, group_position[g]), frozen) < 0) {
             Py_XDECREF(frozen);
             goto done;
         }
@@ -762,6 +827,10 @@ PyObject *plain_scans(PyObject *self, PyObject *args) {
     by_mask = NULL;
 
 done:
+    for (int g = 0; g < num_groups; g++) {
+        Py_DECREF(groups[g]);
+    }
+    Py_XDECREF(last_origin);
     Py_XDECREF(iterator);
     Py_XDECREF(by_mask);
     Py_XDECREF(config_number);

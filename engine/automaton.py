@@ -841,7 +841,8 @@ class ByteAutomaton:
             scans[p] = 1
         limited = [limit is not None for limit in nfa.except_limit]
         return native.states.nfa_tables(
-            nfa.kind, nfa.out, nfa.arg, nfa.useful, bytes(scans), nfa.rule_start, nfa.counters, limited, PENDING
+            nfa.kind, nfa.out, nfa.arg, nfa.useful, bytes(scans), nfa.rule_start, nfa.counters, limited, PENDING,
+            nfa.mask,
         )
 
     # -- closure ----------------------------------------------------------------------
@@ -1109,7 +1110,7 @@ class ByteAutomaton:
         needs (no ``except!`` watches or intersections); else None."""
         nfa = self._nfa
         if self._native is not None:
-            return native.states.plain_scans(self._native, self._configs[cid], cid, nfa.mask)
+            return native.states.plain_scans(self._native, self._configs[cid], cid)
         kind, out, arg, mask_of = nfa.kind, nfa.out, nfa.arg, nfa.mask
         classes_of = self._classes_of
         by_mask: dict[int, list] = {}
