@@ -420,6 +420,26 @@ PyObject *close_items(PyObject *self, PyObject *args) {
     if (t == NULL) {
         return NULL;
     }
+    if (PySet_GET_SIZE(kernel) == 1) {
+        /* Inside a literal the next position is a plain byte: the kernel is its own closure. */
+        PyObject *iterator = PyObject_GetIter(kernel);
+        PyObject *only = iterator == NULL ? NULL : PyIter_Next(iterator);
+        Py_XDECREF(iterator);
+        int32_t p;
+        PyObject *o, *w, *state;
+        const int32_t *reached;
+        int32_t count;
+        int trivial = only != NULL && unpack_item(t, only, &p, &o, &w, &state) == 0 && t->kind[p] == K_BYTE &&
+                      local_closure(t, p, &reached, &count) == 0 && count == 1 && reached[0] == p;
+        Py_XDECREF(only);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        if (trivial) {
+            Py_INCREF(kernel);
+            return kernel;
+        }
+    }
     PyObject *items = PySet_New(NULL), *seen = PySet_New(NULL), *work = PySequence_List(kernel);
     PyObject *callers_self = PyDict_New(), *completed_self = PyDict_New();
     PyObject *result = NULL, *zero = NULL, *limited_state = NULL;

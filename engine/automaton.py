@@ -875,7 +875,7 @@ class ByteAutomaton:
         cid = closures.get(kernel_set)
         if cid is not None:
             return cid
-        if len(kernel_set) == 1:
+        if len(kernel_set) == 1 and self._native is None:
             kind = self._nfa.kind
             # Inside a literal the next position is a plain byte: it is its own closure.
             (item,) = kernel_set
