@@ -78,6 +78,8 @@ PENDING = "pending"
 (_BYTE, _EPS, _CALL, _END, _ACCEPT, _ANY_START, _ANY_INSIDE, _EX_ENTER, _EX_EXIT, _ISECT_ENTER, _ISECT,
  _COUNT_ENTER, _COUNT_HUB) = range(13)
 _CONSUMING = (_BYTE, _ANY_START, _ANY_INSIDE, _ISECT)
+# Kinds whose fields hold no position but in ``out``: a run of them can be copied elsewhere.
+_COPYABLE_KINDS = frozenset((_BYTE, _EPS, _CALL, _EX_ENTER, _EX_EXIT, _COUNT_ENTER, _COUNT_HUB))
 
 #: Limits that turn pathological grammars into a clear error instead of a hang.
 #: (``MAX_PRODUCT_STATES`` bounds the search that proves an intersection state can finish.)
@@ -331,12 +333,14 @@ class _NfaBuilder:
         self.pending: list[tuple[int, str]] = []
         self.owner = -1
         self.rule = start
+        # Inlined rules referenced more than once: their positions, to copy at later references.
+        self._templates: dict[str, tuple | None] = {}
 
     # -- which rules are called instead of inlined ---------------------------------
     def _choose_called_rules(self) -> set[str]:
         called = set(self.recursive)
         self.sizes: dict[str, int] = {}
-        ref_counts: dict[str, int] = {}
+        self.ref_counts = ref_counts = {}
         for node in self.rules.values():
             for name in _references_list(node):
                 ref_counts[name] = ref_counts.get(name, 0) + 1
@@ -513,12 +517,71 @@ class _NfaBuilder:
                 self.pending.append((index, name))
                 self.nfa.has_calls = True
             return self._new(_CALL, 0, nxt, index)
+        template = self._templates.get(name)
+        if template is not None:
+            return self._instantiate(template, nxt)
+        nfa = self.nfa
+        first, dead_end_before = len(nfa.kind), nfa.may_dead_end
         outer = self.rule
         self.rule = name
         try:
-            return self.emit(self.rules[name], nxt)
+            entry = self.emit(self.rules[name], nxt)
         finally:
             self.rule = outer
+        if self.ref_counts.get(name, 0) > 1 and name not in self._templates:
+            self._templates[name] = self._template(first, entry, nxt, dead_end_before)
+        return entry
+
+    def _template(self, first: int, entry: int, nxt: int, dead_end_before: bool):
+        """The positions just emitted for an inlined rule, relative to ``first`` (-1: ``nxt``),
+        so that further references copy them instead of emitting the rule again; None when
+        they hold positions whose fields point elsewhere (any!, intersections)."""
+        nfa = self.nfa
+        last = len(nfa.kind)
+        kinds = nfa.kind[first:last]
+        if any(kind not in _COPYABLE_KINDS for kind in kinds):
+            return None
+
+        def relative(target: int) -> int:
+            if target == nxt:
+                return -1
+            if not first <= target < last:
+                raise LookupError
+            return target - first
+
+        try:
+            outs = [
+                relative(out) if type(out) is int else tuple(relative(target) for target in out)
+                for out in nfa.out[first:last]
+            ]
+            start = relative(entry)  # -1 where the rule matches only the empty string
+        except LookupError:
+            return None
+        dead_end = nfa.may_dead_end and not dead_end_before
+        return tuple(kinds), tuple(nfa.mask[first:last]), tuple(nfa.arg[first:last]), outs, start, dead_end
+
+    def _instantiate(self, template, nxt: int) -> int:
+        kinds, masks, args, outs, entry, dead_end = template
+        nfa = self.nfa
+        base = len(nfa.kind)
+        relocated = []
+        for kind, out in zip(kinds, outs):
+            if type(out) is int:
+                relocated.append(nxt if out < 0 else base + out)
+            elif kind == _EPS:  # a list: wiring may still extend it until the build ends
+                relocated.append([nxt if target < 0 else base + target for target in out])
+            else:
+                relocated.append(tuple(nxt if target < 0 else base + target for target in out))
+        nfa.kind.extend(kinds)
+        nfa.mask.extend(masks)
+        nfa.out.extend(relocated)
+        nfa.arg.extend(args)
+        nfa.owner.extend([self.owner] * len(kinds))
+        if len(nfa.kind) > MAX_NFA_POSITIONS:
+            raise nfa.too_large()
+        if dead_end:
+            nfa.may_dead_end = True
+        return nxt if entry < 0 else base + entry
 
     def _emit_sequences(self, sequences, nxt: int, tag: int) -> int:
         if not sequences:

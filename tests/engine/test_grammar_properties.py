@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
+from surecall.engine import automaton as automaton_module
 from surecall.engine import native
 from surecall.engine.automaton import DEAD, ByteAutomaton, build_nfa
 from surecall.engine.errors import GrammarError
@@ -267,6 +268,53 @@ def _items_of_choices(automaton, choices: list[int]) -> list:
             break
         config = automaton.step(config, options[choice % len(options)])
     return found
+
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rule_bodies=st.lists(bodies, min_size=len(RULE_NAMES), max_size=len(RULE_NAMES)),
+    texts=st.lists(st.text(alphabet="ab", max_size=8), min_size=1, max_size=6),
+)
+def test_copied_rule_positions_match_emitting_each_reference(rule_bodies, texts):
+    # Inlined rules referenced again are copied from their first emission.
+    rules = dict(zip(RULE_NAMES, rule_bodies))
+    try:
+        copied = ByteAutomaton(build_nfa(rules, "r0"), text_mode=True)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(automaton_module._NfaBuilder, "_template", lambda *args: None)
+            emitted = ByteAutomaton(build_nfa(rules, "r0"), text_mode=True)
+    except GrammarError:
+        reject()
+    for text in texts:
+        data = text.encode()
+        assert _accepts(copied, data) == _accepts(emitted, data), (rules, text)
+
+
+@pytest.mark.parametrize(
+    ("shared", "texts"),
+    [
+        (literal(""), ["ab", "a", "b", ""]),
+        (Repeat(ByteSet(((0x61, 0x62),)), 0, 6), ["abaab", "ab", "aaaaaaaab", "b"]),  # a counted repetition
+        (Except((b"aa",), None), ["ab", "aab", "b", "abab"]),
+        (alt("a", NOTHING), ["aaaba", "aab", "ab", "aaab"]),
+    ],
+)
+def test_copied_rule_positions_on_rules_that_match_empty_counted_or_except(shared, texts):
+    rules = {"r0": seq(Ref("s"), "a", Ref("s"), "b", Ref("s")), "s": shared}
+    copied = ByteAutomaton(build_nfa(rules, "r0"), text_mode=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(automaton_module._NfaBuilder, "_template", lambda *args: None)
+        emitted = ByteAutomaton(build_nfa(rules, "r0"), text_mode=True)
+    assert len(copied._nfa.kind) == len(emitted._nfa.kind)
+    for text in texts:
+        assert _accepts(copied, text.encode()) == _accepts(emitted, text.encode()), text
+    assert any(_accepts(copied, text.encode()) for text in texts)
+
+
+def _accepts(automaton, data: bytes) -> bool:
+    end = automaton.step_bytes(automaton.initial, data)
+    return end != DEAD and automaton.is_accepting(end)
 
 
 # -- validation -----------------------------------------------------------------------
