@@ -33,7 +33,7 @@ typedef struct {
     int32_t *after;      /* counters: the position after the repetition */
     int32_t *arg;
     uint8_t *useful;
-    uint8_t *scans;      /* consuming positions with a byte set (automaton._classes_of) */
+    uint8_t *scans;      /* consuming positions with a non-empty byte set */
     int32_t *eps_start;  /* epsilon successors, CSR: eps_targets[eps_start[p]:eps_start[p + 1]] */
     int32_t *eps_targets;
     Py_ssize_t num_rules;
@@ -110,31 +110,29 @@ static void *zeroed(Py_ssize_t count, size_t item) {
 }
 
 const char nfa_tables_doc[] = (
-"nfa_tables(kind, out, arg, useful, scans, rule_start, counters, except_limited, pending, masks)\n"
+"nfa_tables(kind, out, arg, useful, rule_start, counters, except_limited, pending, masks)\n"
 "\n"
 "The NFA as C arrays, for ``close`` and ``plain_scans``: lists as in ``automaton._Nfa``\n"
-"(``out`` holds an int, a list of epsilon targets or a (body, after) pair), ``scans``\n"
-"the positions scanning a byte set (bytes of 0/1), ``except_limited`` whether each\n"
+"(``out`` holds an int, a list of epsilon targets or a (body, after) pair),\n"
+"``except_limited`` whether each\n"
 "except! region counts tokens, ``pending`` the token state of an any! met mid-token,\n"
 "``masks`` the byte set of each position (``_Nfa.mask``).");
 
 PyObject *nfa_tables(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *kind, *out, *arg, *useful, *rule_start, *counters, *except_limited, *pending, *masks;
-    Py_buffer scans = {0};
-    if (!PyArg_ParseTuple(args, "O!O!O!O!y*O!O!O!OO!:nfa_tables", &PyList_Type, &kind, &PyList_Type, &out,
-                          &PyList_Type, &arg, &PyList_Type, &useful, &scans, &PyList_Type, &rule_start,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!OO!:nfa_tables", &PyList_Type, &kind, &PyList_Type, &out,
+                          &PyList_Type, &arg, &PyList_Type, &useful, &PyList_Type, &rule_start,
                           &PyList_Type, &counters, &PyList_Type, &except_limited, &pending, &PyList_Type, &masks)) {
         return NULL;
     }
     const Py_ssize_t n = PyList_GET_SIZE(kind);
     NfaTables *t = (NfaTables *)zeroed(1, sizeof(NfaTables));
     if (t == NULL) {
-        PyBuffer_Release(&scans);
         return NULL;
     }
     t->size = n;
-    if (PyList_GET_SIZE(out) != n || PyList_GET_SIZE(arg) != n || PyList_GET_SIZE(useful) != n || scans.len != n ||
+    if (PyList_GET_SIZE(out) != n || PyList_GET_SIZE(arg) != n || PyList_GET_SIZE(useful) != n ||
         PyList_GET_SIZE(masks) != n) {
         PyErr_SetString(PyExc_ValueError, "nfa_tables: position lists of different lengths");
         goto fail;
@@ -152,7 +150,6 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
         !(t->positions = zeroed(n, sizeof(PyObject *))) || !(t->mask_id = zeroed(n, 4))) {
         goto fail;
     }
-    memcpy(t->scans, scans.buf, (size_t)n);
     Py_ssize_t num_eps = 0;
     for (Py_ssize_t p = 0; p < n; p++) {
         long value;
@@ -160,6 +157,13 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
             goto fail;
         }
         t->kind[p] = (int8_t)value;
+        if (value == K_BYTE || value == K_ANY_START || value == K_ANY_INSIDE || value == K_ISECT) {
+            int has_bytes = PyObject_IsTrue(PyList_GET_ITEM(masks, p));
+            if (has_bytes < 0) {
+                goto fail;
+            }
+            t->scans[p] = (uint8_t)has_bytes;
+        }
         t->useful[p] = (uint8_t)PyObject_IsTrue(PyList_GET_ITEM(useful, p));
         t->local_start[p] = -1;
         t->mask_id[p] = -1;
@@ -272,7 +276,6 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
     if (t->self_origin == NULL) {
         goto fail;
     }
-    PyBuffer_Release(&scans);
     PyObject *capsule = PyCapsule_New(t, CAPSULE_NAME, capsule_destructor);
     if (capsule == NULL) {
         tables_free(t);
@@ -280,7 +283,6 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
     return capsule;
 
 fail:
-    PyBuffer_Release(&scans);
     tables_free(t);
     return NULL;
 }

@@ -849,7 +849,9 @@ class ByteAutomaton:
         self._lock = threading.RLock()
         self._min_bytes: dict[int, int] = {}
         self._heuristic_data = None
-        self._prepare_classes()
+        # Byte classes serve rows computed by class (watches, intersections) and the
+        # Python row scan: prepared on first use.
+        self._classes_of: dict[int, tuple[int, ...]] | None = None
         self._native = self._native_tables()
         self.initial = self._close([(nfa.root, None, None, None)], True)
         if self.initial == DEAD:
@@ -858,6 +860,12 @@ class ByteAutomaton:
             raise GrammarError("the grammar matches nothing (an intersection or a class is empty)")
 
     # -- byte classes -----------------------------------------------------------------
+    def _byte_classes(self) -> dict[int, tuple[int, ...]]:
+        """The byte classes each consuming position reads (prepared on first use)."""
+        if self._classes_of is None:
+            self._prepare_classes()
+        return self._classes_of
+
     def _prepare_classes(self) -> None:
         nfa = self._nfa
         masks = self.consumed_masks()
@@ -899,13 +907,9 @@ class ByteAutomaton:
         if native.states is None:
             return None
         nfa = self._nfa
-        scans = bytearray(len(nfa.kind))
-        for p in self._classes_of:
-            scans[p] = 1
         limited = [limit is not None for limit in nfa.except_limit]
         return native.states.nfa_tables(
-            nfa.kind, nfa.out, nfa.arg, nfa.useful, bytes(scans), nfa.rule_start, nfa.counters, limited, PENDING,
-            nfa.mask,
+            nfa.kind, nfa.out, nfa.arg, nfa.useful, nfa.rule_start, nfa.counters, limited, PENDING, nfa.mask
         )
 
     # -- closure ----------------------------------------------------------------------
@@ -1175,7 +1179,7 @@ class ByteAutomaton:
         if self._native is not None:
             return native.states.plain_scans(self._native, self._configs[cid], cid)
         kind, out, arg, mask_of = nfa.kind, nfa.out, nfa.arg, nfa.mask
-        classes_of = self._classes_of
+        classes_of = self._byte_classes()
         by_mask: dict[int, list] = {}
         for p, o, w, t in self._configs[cid]:
             if p not in classes_of:
@@ -1209,7 +1213,7 @@ class ByteAutomaton:
     def _compute_row_by_class(self, cid: int) -> None:
         nfa = self._nfa
         kind, out, arg = nfa.kind, nfa.out, nfa.arg
-        classes_of = self._classes_of
+        classes_of = self._byte_classes()
         # Scanned items, and for each byte class the indices of the items it scans to.
         scanned_items: list = []
         by_class: defaultdict[int, list[int]] = defaultdict(list)

@@ -404,9 +404,9 @@ def test_native_state_functions_refuse_malformed_arguments():
     automaton = Grammar.from_ebnf("start ::= 'a'+ 'b';").automaton
     states, tables = native.states, automaton._native
     with pytest.raises(ValueError, match="different lengths"):
-        states.nfa_tables([0], [1, 2], [0], [True], b"\x00", [], [], [], "pending", [0])
+        states.nfa_tables([0], [1, 2], [0], [True], [], [], [], "pending", [0])
     with pytest.raises(ValueError, match="out-of-range"):
-        states.nfa_tables([0], [5], [-1], [True], b"\x01", [], [], [], "pending", [2])
+        states.nfa_tables([0], [5], [-1], [True], [], [], [], "pending", [2])
     with pytest.raises(ValueError):
         states.close(tables, frozenset({(10**6, None, None, None)}), True, False, automaton._callers, 100)
     with pytest.raises(ValueError, match="4-tuple"):
