@@ -340,6 +340,7 @@ class _NfaBuilder:
     def _choose_called_rules(self) -> set[str]:
         called = set(self.recursive)
         self.sizes: dict[str, int] = {}
+        self.node_sizes: dict[int, int] = {}
         self.ref_counts = ref_counts = {}
         for node in self.rules.values():
             for name in _references_list(node):
@@ -349,6 +350,7 @@ class _NfaBuilder:
             if name not in called and ref_counts.get(name, 0) > 1 and self.rule_size(name) > INLINE_LIMIT:
                 called.add(name)
                 self.sizes.clear()
+                self.node_sizes.clear()
                 self._plain_memo.clear()
         return called
 
@@ -357,13 +359,21 @@ class _NfaBuilder:
         t = type(node)
         if t is Bytes:
             return len(node.value) + 1
-        if t is Seq or t is Alt or t is Intersect:
-            return 1 + sum(self.size(item) for item in node.items)
-        if t is Repeat:
-            if self.counts(node):
-                return 2 + self.size(node.item)
-            copies = node.min + (1 if node.max is None else node.max - node.min)
-            return 1 + self.size(node.item) * max(copies, 1)
+        if t is Seq or t is Alt or t is Intersect or t is Repeat:
+            # Nodes are shared between rules and repetitions: each is sized once per choice
+            # of called rules (the rules' dictionary keeps the nodes, and so their ids, alive).
+            found = self.node_sizes.get(id(node))
+            if found is None:
+                if t is Repeat:
+                    if self.counts(node):
+                        found = 2 + self.size(node.item)
+                    else:
+                        copies = node.min + (1 if node.max is None else node.max - node.min)
+                        found = 1 + self.size(node.item) * max(copies, 1)
+                else:
+                    found = 1 + sum(self.size(item) for item in node.items)
+                self.node_sizes[id(node)] = found
+            return found
         if t is Ref:
             return 1 if node.name in self.called else self.rule_size(node.name)
         if t is CharSet:
@@ -558,20 +568,20 @@ class _NfaBuilder:
         except LookupError:
             return None
         dead_end = nfa.may_dead_end and not dead_end_before
-        return tuple(kinds), tuple(nfa.mask[first:last]), tuple(nfa.arg[first:last]), outs, start, dead_end
+        # Single successors relocate in one pass; epsilon lists and counter pairs after it.
+        single = tuple(out if type(out) is int else 0 for out in outs)
+        several = tuple((index, kinds[index], out) for index, out in enumerate(outs) if type(out) is not int)
+        return tuple(kinds), tuple(nfa.mask[first:last]), tuple(nfa.arg[first:last]), single, several, start, dead_end
 
     def _instantiate(self, template, nxt: int) -> int:
-        kinds, masks, args, outs, entry, dead_end = template
+        kinds, masks, args, single, several, entry, dead_end = template
         nfa = self.nfa
         base = len(nfa.kind)
-        relocated = []
-        for kind, out in zip(kinds, outs):
-            if type(out) is int:
-                relocated.append(nxt if out < 0 else base + out)
-            elif kind == _EPS:  # a list: wiring may still extend it until the build ends
-                relocated.append([nxt if target < 0 else base + target for target in out])
-            else:
-                relocated.append(tuple(nxt if target < 0 else base + target for target in out))
+        relocated = [nxt if out < 0 else base + out for out in single]
+        for index, kind, targets in several:
+            moved = [nxt if target < 0 else base + target for target in targets]
+            # Epsilon targets stay a list, as wiring leaves them until the build ends.
+            relocated[index] = moved if kind == _EPS else tuple(moved)
         nfa.kind.extend(kinds)
         nfa.mask.extend(masks)
         nfa.out.extend(relocated)

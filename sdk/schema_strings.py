@@ -138,7 +138,7 @@ def encode_char_ranges(ranges: list[tuple[int, int]]) -> Node:
         options.append(literal("\\\\"))
     if _contains(ranges, 0x2F):
         options.append(literal("\\/"))
-    controls = [code for code in range(0x20) if _contains(ranges, code)]
+    controls = sorted({code for lo, hi in ranges for code in range(lo, min(hi, 0x1F) + 1)})
     if len(controls) == 0x20:
         options.append(seq("\\u00", chars([(0x30, 0x31)]), _HEX))
         options.extend(literal("\\" + letter) for letter in _SHORT_ESCAPES.values())
