@@ -963,6 +963,7 @@ class _Translator:
         free_out = self._shared(alt(*(members[n] for n in untracked if inside is None or n not in inside), extra), "free")
         cap = max(1, lo, hi or 0)
         required_bits = sum(1 << i for i, name in enumerate(tracked) if name in required)
+        all_tracked = (1 << len(tracked)) - 1
         rule_names: dict[tuple[int, int, bool], str] = {}
 
         def state(seen: int, count: int, found: bool) -> Node:
@@ -973,10 +974,12 @@ class _Translator:
             rule_names[key] = rule
             self.rules[rule] = NOTHING
             options: list[Node] = []
-            # Members after which the state is the same again (untracked ones, once the
-            # count is capped) repeat in place: written as the rule calling itself, every
-            # member would nest one more call, and no two key positions would share a
-            # parse state (nor the masks cached by it).
+            # Once every tracked property is written, members after which the state is the
+            # same again (untracked ones, once the count is capped) repeat in place: written
+            # as the rule calling itself, every member would nest one more call, and no two
+            # key positions would share a parse state (nor the masks cached by it). Earlier
+            # states keep calling themselves: recursive, they are compiled once each, where
+            # a loop would let every path through the tracked properties inline them again.
             repeating: list[Node] = []
             if seen & required_bits == required_bits and count >= lo and found:
                 options.append(EMPTY)
@@ -990,7 +993,7 @@ class _Translator:
                 for free, after in ((free_in, (seen, next_count, found)), (free_out, (seen, next_count, True))):
                     if free == NOTHING:
                         continue
-                    if after == key:
+                    if after == key and seen == all_tracked:
                         repeating.append(free)
                     else:
                         options.append(seq(sep, free, state(*after)))
