@@ -859,9 +859,9 @@ class ByteAutomaton:
         self._lock = threading.RLock()
         self._min_bytes: dict[int, int] = {}
         self._heuristic_data = None
-        # Byte classes serve rows computed by class (watches, intersections) and the
-        # Python row scan: prepared on first use.
-        self._classes_of: dict[int, tuple[int, ...]] | None = None
+        # Byte classes serve rows computed by class (watches, intersections): prepared on
+        # first use, and looked up per position as rows need them.
+        self._classes_by_mask: dict[int, tuple[int, ...]] | None = None
         self._native = self._native_tables()
         self.initial = self._close([(nfa.root, None, None, None)], True)
         if self.initial == DEAD:
@@ -870,11 +870,14 @@ class ByteAutomaton:
             raise GrammarError("the grammar matches nothing (an intersection or a class is empty)")
 
     # -- byte classes -----------------------------------------------------------------
-    def _byte_classes(self) -> dict[int, tuple[int, ...]]:
-        """The byte classes each consuming position reads (prepared on first use)."""
-        if self._classes_of is None:
-            self._prepare_classes()
-        return self._classes_of
+    def _classes_at(self, p: int) -> tuple[int, ...] | None:
+        """The byte classes position ``p`` reads, None where it reads no byte (after
+        ``_prepare_classes``)."""
+        nfa = self._nfa
+        mask = nfa.mask[p]
+        if not mask or nfa.kind[p] not in _CONSUMING:
+            return None
+        return self._classes_by_mask[mask]
 
     def _prepare_classes(self) -> None:
         nfa = self._nfa
@@ -906,11 +909,7 @@ class ByteAutomaton:
         self._class_of_byte = class_of_byte
         self._num_classes = len(representative)
         self._representative = representative
-        self._classes_of = {
-            p: classes_by_mask[mask]
-            for p, (kind, mask) in enumerate(zip(nfa.kind, nfa.mask))
-            if mask and kind in _CONSUMING
-        }
+        self._classes_by_mask = classes_by_mask
 
     def _native_tables(self):
         """The NFA as C arrays for ``native.states``, or None without the extension."""
@@ -1189,10 +1188,9 @@ class ByteAutomaton:
         if self._native is not None:
             return native.states.plain_scans(self._native, self._configs[cid], cid)
         kind, out, arg, mask_of = nfa.kind, nfa.out, nfa.arg, nfa.mask
-        classes_of = self._byte_classes()
         by_mask: dict[int, list] = {}
         for p, o, w, t in self._configs[cid]:
-            if p not in classes_of:
+            if not mask_of[p] or kind[p] not in _CONSUMING:
                 continue
             if w is not None:
                 return None
@@ -1221,15 +1219,16 @@ class ByteAutomaton:
         return found
 
     def _compute_row_by_class(self, cid: int) -> None:
+        if self._classes_by_mask is None:
+            self._prepare_classes()
         nfa = self._nfa
         kind, out, arg = nfa.kind, nfa.out, nfa.arg
-        classes_of = self._byte_classes()
         # Scanned items, and for each byte class the indices of the items it scans to.
         scanned_items: list = []
         by_class: defaultdict[int, list[int]] = defaultdict(list)
         for item in self._configs[cid]:
             p, o, w, t = item
-            classes = classes_of.get(p)
+            classes = self._classes_at(p)
             if classes is None:
                 continue
             if o is not None and o[0] == SELF:
