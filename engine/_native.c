@@ -345,6 +345,7 @@ static PyMethodDef native_methods[] = {
     {"nfa_tables", nfa_tables, METH_VARARGS, nfa_tables_doc},
     {"close", close_items, METH_VARARGS, close_doc},
     {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},
+    {"frozen", frozen, METH_O, frozen_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -340,10 +340,63 @@ static PyObject *position_object(NfaTables *t, int32_t position) {
     return found;
 }
 
+/* A tuple whose fields the garbage collector does not track cannot be part of a reference
+ * cycle. CPython drops such tuples from its tracking only once they survive a collection;
+ * parse states hold hundreds of thousands of them for good, and dropping them at once keeps
+ * them out of every collection's scan. */
+static PyObject *untracked_if_plain(PyObject *tuple) {
+    if (tuple == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
+        if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(tuple, i))) {
+            return tuple;
+        }
+    }
+    PyObject_GC_UnTrack(tuple);
+    return tuple;
+}
+
+/* A frozenset of ``iterable``, untracked as ``untracked_if_plain`` when its members are. */
+static PyObject *plain_frozenset(PyObject *iterable) {
+    PyObject *set = PyFrozenSet_New(iterable);
+    PyObject *iterator = set == NULL ? NULL : PyObject_GetIter(set);
+    if (iterator == NULL) {
+        Py_XDECREF(set);
+        return NULL;
+    }
+    int plain = 1;
+    PyObject *member;
+    while (plain && (member = PyIter_Next(iterator)) != NULL) {
+        plain = !PyObject_GC_IsTracked(member);
+        Py_DECREF(member);
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred()) {
+        Py_DECREF(set);
+        return NULL;
+    }
+    if (plain) {
+        PyObject_GC_UnTrack(set);
+    }
+    return set;
+}
+
+const char frozen_doc[] = (
+"frozen(iterable)\n"
+"\n"
+"``frozenset(iterable)``, left out of the garbage collector's tracking when no member is\n"
+"tracked (such a set cannot be part of a reference cycle).");
+
+PyObject *frozen(PyObject *self, PyObject *iterable) {
+    (void)self;
+    return plain_frozenset(iterable);
+}
+
 /* (position, origin, watch, token_state), stealing no references. */
 static PyObject *item_of(NfaTables *t, int32_t position, PyObject *origin, PyObject *watch, PyObject *token_state) {
     PyObject *p = position_object(t, position);
-    return p == NULL ? NULL : PyTuple_Pack(4, p, origin, watch, token_state);
+    return p == NULL ? NULL : untracked_if_plain(PyTuple_Pack(4, p, origin, watch, token_state));
 }
 
 /* Append a new item to ``work``; -1 on failure. */
@@ -358,7 +411,9 @@ static int push(NfaTables *t, PyObject *work, int32_t position, PyObject *origin
     return status;
 }
 
-static PyObject *pair(PyObject *first, PyObject *second) { return PyTuple_Pack(2, first, second); }
+static PyObject *pair(PyObject *first, PyObject *second) {
+    return untracked_if_plain(PyTuple_Pack(2, first, second));
+}
 
 static PyObject *rule_key(int32_t rule, PyObject *watch) {
     PyObject *number = PyLong_FromLong(rule);
@@ -686,7 +741,7 @@ PyObject *close_items(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    result = PyFrozenSet_New(items);
+    result = plain_frozenset(items);
 
 done:
     Py_XDECREF(items);
@@ -838,7 +893,7 @@ PyObject *plain_scans(PyObject *self, PyObject *args) {
     /* Tuples: rows keep these until complete, and tuples of plain values drop out of the
      * garbage collector's tracking where lists would not. */
     for (int g = 0; g < num_groups; g++) {
-        PyObject *frozen = PyList_AsTuple(groups[g]);
+        PyObject *frozen = untracked_if_plain(PyList_AsTuple(groups[g]));
         if (frozen == NULL || PyDict_SetItem(by_mask, PyList_GET_ITEM(t->masks, group_position[g]), frozen) < 0) {
             Py_XDECREF(frozen);
             goto done;

@@ -107,6 +107,9 @@ INLINE_LIMIT = 4_000
 COUNTER_MIN = 4
 
 _ALL_BYTES = (1 << 256) - 1
+# Kernels are kept for good as closure keys: the native frozenset leaves the garbage
+# collector's tracking when its items are plain values, as the native items are.
+_frozen = frozenset if native.states is None else native.states.frozen
 
 
 # ---------------------------------------------------------------------------
@@ -946,7 +949,7 @@ class ByteAutomaton:
     def _close(self, kernel, at_boundary: bool) -> int:
         if not kernel:
             return DEAD
-        kernel_set = frozenset(kernel)
+        kernel_set = _frozen(kernel)
         closures = self._closures[1 if at_boundary else 0]
         cid = closures.get(kernel_set)
         if cid is not None:

@@ -415,3 +415,28 @@ def test_native_state_functions_refuse_malformed_arguments():
         states.close("not tables", frozenset(), True, False, [], 10)
     # The automaton still works after the refusals.
     assert automaton.step_bytes(automaton.initial, b"aab") != DEAD
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_parse_states_leave_the_garbage_collector_only_when_they_cannot_hold_a_cycle():
+    import gc
+
+    automaton = Grammar.from_ebnf("start ::= v; v ::= '[' (v (',' v)*)? ']' | #'[a-z]+';").automaton
+    automaton.step_bytes(automaton.initial, b"[[ab,[c]],[]]")
+    configs = automaton._configs
+    assert len(configs) > 5
+    called = [items for items in configs if any(o is not None for _p, o, _w, _t in items)]
+    assert called, "the grammar's recursion puts origins in the items"
+    for items in configs:
+        assert not gc.is_tracked(items)
+        assert not any(gc.is_tracked(item) for item in items)
+    assert not gc.is_tracked(native.states.frozen([1, "a", None]))
+
+    class Holder:
+        pass
+
+    # A member the collector tracks could close a cycle through the set: it stays tracked.
+    holder = Holder()
+    keeps = native.states.frozen([holder, 3])
+    holder.back = keeps
+    assert gc.is_tracked(keeps)
