@@ -346,6 +346,7 @@ static PyMethodDef native_methods[] = {
     {"close", close_items, METH_VARARGS, close_doc},
     {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},
     {"frozen", frozen, METH_O, frozen_doc},
+    {"intern_info", intern_info, METH_VARARGS, intern_info_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,6 +8,7 @@ PyObject *nfa_tables(PyObject *self, PyObject *args);
 PyObject *close_items(PyObject *self, PyObject *args);
 PyObject *plain_scans(PyObject *self, PyObject *args);
 PyObject *frozen(PyObject *self, PyObject *iterable);
-extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[];
+PyObject *intern_info(PyObject *self, PyObject *args);
+extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[];
 
 #endif

@@ -913,3 +913,72 @@ done:
     Py_XDECREF(config_number);
     return result;
 }
+
+const char intern_info_doc[] = (
+"intern_info(tables, items, config)\n"
+"\n"
+"As the item loop of ``ByteAutomaton._intern`` for configuration number ``config``:\n"
+"(whether an item accepts, the callers table {(rule, watch): [(return position,\n"
+"origin, token state)]} or None when no item calls a rule).");
+
+PyObject *intern_info(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *items;
+    long config;
+    if (!PyArg_ParseTuple(args, "OO!l:intern_info", &capsule, &PyFrozenSet_Type, &items, &config)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    PyObject *iterator = t == NULL ? NULL : PyObject_GetIter(items);
+    if (iterator == NULL) {
+        return NULL;
+    }
+    PyObject *config_number = PyLong_FromLong(config), *callers = NULL, *result = NULL, *item;
+    int accepting = 0;
+    while (config_number != NULL && (item = PyIter_Next(iterator)) != NULL) {
+        int32_t p;
+        PyObject *o, *w, *state;
+        int status = unpack_item(t, item, &p, &o, &w, &state);
+        if (status == 0 && t->kind[p] == K_ACCEPT) {
+            accepting = 1;
+        } else if (status == 0 && t->kind[p] == K_CALL) {
+            PyObject *call_watch, *origin = o, *made_origin = NULL;
+            long origin_config;
+            int self_call = o == Py_None ? 0 : is_self_origin(o, &call_watch, &origin_config);
+            if (self_call == 1) {
+                origin = made_origin = pair(config_number, call_watch);
+            }
+            PyObject *key = NULL, *entry = NULL, *returns = NULL;
+            PyObject *return_position = self_call < 0 ? NULL : position_object(t, t->out[p]);
+            if (return_position == NULL || origin == NULL || (callers == NULL && (callers = PyDict_New()) == NULL) ||
+                (key = rule_key(t->arg[p], w)) == NULL ||
+                (entry = untracked_if_plain(PyTuple_Pack(3, return_position, origin, state))) == NULL) {
+                status = -1;
+            } else if ((returns = PyDict_GetItemWithError(callers, key)) == NULL) {
+                PyObject *fresh = PyErr_Occurred() ? NULL : PyList_New(0);
+                status = fresh == NULL || PyDict_SetItem(callers, key, fresh) < 0 ? -1 : 0;
+                returns = fresh;
+                Py_XDECREF(fresh);  /* the dict holds it */
+            }
+            if (status == 0) {
+                status = PyList_Append(returns, entry);
+            }
+            Py_XDECREF(entry);
+            Py_XDECREF(key);
+            Py_XDECREF(made_origin);
+        }
+        Py_DECREF(item);
+        if (status < 0) {
+            goto done;
+        }
+    }
+    if (!PyErr_Occurred()) {
+        result = Py_BuildValue("(NO)", PyBool_FromLong(accepting), callers == NULL ? Py_None : callers);
+    }
+
+done:
+    Py_DECREF(iterator);
+    Py_XDECREF(config_number);
+    Py_XDECREF(callers);
+    return result;
+}

@@ -1065,10 +1065,25 @@ class ByteAutomaton:
                 f"automaton too large (more than {MAX_CONFIGS} parse states): the grammar is too "
                 "ambiguous or the input nests too deeply"
             )
-        nfa = self._nfa
-        kind, out, arg = nfa.kind, nfa.out, nfa.arg
         self._configs.append(items)
         self._index[items] = cid
+        if self._native is not None:
+            accepting, callers = native.states.intern_info(self._native, items, cid)
+        else:
+            accepting, callers = self._intern_info(items, cid)
+        self._accepting.append(accepting)
+        self._callers.append(callers)
+        if cid >= self._table.shape[0]:
+            grown = np.full((self._table.shape[0] * 2, 256), _UNKNOWN, dtype=np.int32)
+            grown[: self._table.shape[0]] = self._table
+            self._table = grown
+        return cid
+
+    def _intern_info(self, items: frozenset, cid: int) -> tuple[bool, dict | None]:
+        """(whether an item accepts, the rules its items call: {(rule, watch): [(return
+        position, origin, token state)]}, None if none; ``native.states.intern_info`` in C)."""
+        nfa = self._nfa
+        kind, out, arg = nfa.kind, nfa.out, nfa.arg
         accepting = False
         callers = None
         for p, o, w, t in items:
@@ -1081,13 +1096,7 @@ class ByteAutomaton:
                 if o is not None and o[0] == SELF:
                     o = (cid, o[1])
                 callers.setdefault((arg[p], w), []).append((out[p], o, t))
-        self._accepting.append(accepting)
-        self._callers.append(callers)
-        if cid >= self._table.shape[0]:
-            grown = np.full((self._table.shape[0] * 2, 256), _UNKNOWN, dtype=np.int32)
-            grown[: self._table.shape[0]] = self._table
-            self._table = grown
-        return cid
+        return accepting, callers
 
     # -- transitions ------------------------------------------------------------------
     def _compute_row(self, cid: int) -> None:
