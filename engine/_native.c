@@ -339,9 +339,51 @@ done:
     return result;
 }
 
+static const char set_bits_doc[] = (
+"set_bits(ids, words)\n"
+"\n"
+"Set bit ``i & 31`` of ``words[i >> 5]`` for every ``i`` of ``ids`` (int32); ``words`` is a\n"
+"writable uint32 array. Ids outside the words raise ValueError, with no bit set.");
+
+static PyObject *set_bits(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ids_obj;
+    Py_buffer words = {0}, ids_view = {0};
+    if (!PyArg_ParseTuple(args, "Ow*:set_bits", &ids_obj, &words)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (get_int32_buffer(ids_obj, &ids_view, "ids") < 0) {
+        goto done;
+    }
+    const int32_t *ids = (const int32_t *)ids_view.buf;
+    const Py_ssize_t count = ids_view.len / (Py_ssize_t)sizeof(int32_t);
+    const Py_ssize_t limit = (words.len / (Py_ssize_t)sizeof(uint32_t)) * 32;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (ids[i] < 0 || ids[i] >= limit) {
+            PyErr_Format(PyExc_ValueError, "set_bits: id %d outside %zd bits", (int)ids[i], limit);
+            goto done;
+        }
+    }
+    uint32_t *bits = (uint32_t *)words.buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        bits[ids[i] >> 5] |= (uint32_t)1 << (ids[i] & 31);
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+
+done:
+    if (ids_view.obj != NULL) {
+        PyBuffer_Release(&ids_view);
+    }
+    PyBuffer_Release(&words);
+    return result;
+}
+
 static PyMethodDef native_methods[] = {
     {"walk", walk, METH_VARARGS, walk_doc},
     {"run_tails", run_tails, METH_VARARGS, run_tails_doc},
+    {"set_bits", set_bits, METH_VARARGS, set_bits_doc},
     {"nfa_tables", nfa_tables, METH_VARARGS, nfa_tables_doc},
     {"close", close_items, METH_VARARGS, close_doc},
     {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},

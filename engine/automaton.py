@@ -810,6 +810,18 @@ def _too_many_items() -> GrammarError:
     )
 
 
+def _row_index(values: np.ndarray):
+    """``values`` (sorted bytes) as the cheapest index of a table row: an int, a slice
+    for a range, else the array (numpy assigns through scalars and slices many times
+    faster than through index arrays)."""
+    if len(values) == 1:
+        return int(values[0])
+    low, high = int(values[0]), int(values[-1])
+    if high - low + 1 == len(values):
+        return slice(low, high + 1)
+    return values
+
+
 def _grouped_pairs(pairs: np.ndarray):
     """(config, its bytes) from sorted ``config * 256 + byte`` keys."""
     configs = (pairs >> 8).tolist()
@@ -1133,7 +1145,7 @@ class ByteAutomaton:
         if scan is None:
             self._compute_row_by_class(cid)
             return
-        by_mask, masks, (part_of_byte, parts, _part_bytes, _dead) = scan
+        by_mask, masks, (part_of_byte, _parts_of_bytes, parts, _targets, _fresh_row) = scan
         # One successor per part, then DEAD for the bytes no item scans.
         successors = [self._part_successor(by_mask, masks, members) for members in parts]
         successors.append(DEAD)
@@ -1151,24 +1163,25 @@ class ByteAutomaton:
                 self._compute_row_locked(cid)
                 self._complete.add(cid)
                 return
-            by_mask, masks, (part_of_byte, parts, part_bytes, dead_bytes) = scan
+            by_mask, masks, (_part_of_byte, parts_of_bytes, parts, targets, fresh_row) = scan
             if cid not in self._scans:
                 # Kept until the row is complete (as tuples, see _plain_scans).
                 masks = tuple(masks)
                 self._scans[cid] = (by_mask, masks, scan[2])
-                self._table[cid, dead_bytes] = DEAD
+                self._table[cid] = fresh_row
             for value in byte_values:
-                part = part_of_byte[value]
-                if part >= 0 and self._table[cid, value] == _UNKNOWN:
+                part = parts_of_bytes[value]
+                if part >= 0 and self._table.item(cid, value) == _UNKNOWN:
                     successor = self._part_successor(by_mask, masks, parts[part])
                     # Read the table only now: interning new configurations may grow it.
-                    self._table[cid, part_bytes[part]] = successor
+                    self._table[cid, targets[part]] = successor
 
     def _partition(self, masks: list[int]) -> tuple:
         """Split the bytes into the parts every byte set of ``masks`` either holds whole or
-        misses whole: (each byte's part, -1 for none; per part the indices of the masks
-        holding it; per part its bytes; the bytes of no part). Rows of many configurations
-        scan the same byte sets, so the split is memoised by them."""
+        misses whole: (each byte's part, -1 for none, as an array and as a list; per part
+        the indices of the masks holding it; per part its bytes, as an index of a table row;
+        a row with the bytes of no part dead and the rest unknown). Rows of many
+        configurations scan the same byte sets, so the split is memoised by them."""
         parts: list[tuple[int, list[int]]] = []
         for index, mask in enumerate(masks):
             refined = []
@@ -1189,7 +1202,9 @@ class ByteAutomaton:
         part_bytes = [self._bytes_of(bits) for bits, _members in parts]
         for number, values in enumerate(part_bytes):
             part_of_byte[values] = number
-        found = (part_of_byte, [members for _bits, members in parts], part_bytes, np.flatnonzero(part_of_byte < 0))
+        fresh_row = np.where(part_of_byte < 0, DEAD, _UNKNOWN).astype(np.int32)
+        targets = [_row_index(values) for values in part_bytes]
+        found = (part_of_byte, part_of_byte.tolist(), [members for _bits, members in parts], targets, fresh_row)
         self._partitions[tuple(masks)] = found
         return found
 
@@ -1398,10 +1413,10 @@ class ByteAutomaton:
     def step(self, config: int, byte: int) -> int:
         if config < 0:
             return DEAD
-        nxt = int(self._table[config, byte])
+        nxt = self._table.item(config, byte)
         if nxt == _UNKNOWN:
             self._compute_entries(config, (byte,))
-            nxt = int(self._table[config, byte])
+            nxt = self._table.item(config, byte)
         return nxt
 
     def step_bytes(self, config: int, data: bytes) -> int:
@@ -1409,10 +1424,10 @@ class ByteAutomaton:
         for b in data:
             if config < 0:
                 return DEAD
-            nxt = int(self._table[config, b])
+            nxt = self._table.item(config, b)
             if nxt == _UNKNOWN:
                 self._compute_entries(config, (b,))
-                nxt = int(self._table[config, b])
+                nxt = self._table.item(config, b)
             config = nxt
         return config
 

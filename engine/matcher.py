@@ -239,20 +239,22 @@ class MatcherBase:
         return self._finished[-1] or self._accepting(self._state)
 
     # ------------------------------------------------------------------ masks
-    def _current_mask(self) -> tuple[np.ndarray, np.ndarray]:
-        """(sorted allowed text-token ids, packed words) under the budget, EOS excluded."""
+    def _current_mask(self, ids_needed: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+        """(sorted allowed text-token ids, packed words) under the budget, EOS excluded.
+        Without ``ids_needed`` the ids may be None: unpacking them from a large mask costs
+        more than the walk that found it."""
         state = self._state
         entry = self._entry(state)
         remaining = self.remaining_tokens
         if remaining is None:
-            return entry.ids, entry.words
+            return entry.ids if ids_needed else None, entry.words
         if remaining <= 0:
             empty = np.zeros(0, dtype=np.int32)
             return empty, pack_ids(empty, self.vocab.size)
         if entry.max_end_cost is None:
             entry.max_end_cost = self._max_end_cost(entry)
         if entry.max_end_cost <= remaining - 1:
-            return entry.ids, entry.words
+            return entry.ids if ids_needed else None, entry.words
         memo = self._budget_memo
         if memo is not None and memo[0] is entry and memo[1] == remaining:
             return memo[2]
@@ -287,7 +289,7 @@ class MatcherBase:
         out[:] = 0
         if self.is_finished():
             return
-        _, words = self._current_mask()
+        _, words = self._current_mask(ids_needed=False)
         out[: len(words)] = words
         if self._accepting(self._state):
             for token_id in self.vocab.eos_array.tolist():
@@ -520,10 +522,10 @@ class Matcher(MatcherBase):
         self._check_memo = (text, state)
         return state
 
-    def _current_mask(self) -> tuple[np.ndarray, np.ndarray]:
-        ids, words = super()._current_mask()
+    def _current_mask(self, ids_needed: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
         if self._text_check is None:
-            return ids, words
+            return super()._current_mask(ids_needed)
+        ids, words = super()._current_mask()
         text = bytes(self._text)
         memo = self._check_mask_memo
         if memo is not None and memo[0] == text and memo[1] is ids:

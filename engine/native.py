@@ -1,7 +1,9 @@
 """The optional native code (``_native*.c``) and whether this install has it.
 
-``walk`` is the matcher's trie walk and ``run_tails`` the token groups' exit paths; ``states`` the automaton's closure and row scan
-(``nfa_tables``, ``close``, ``plain_scans``). The extension is built when the package is
+``walk`` is the matcher's trie walk, ``run_tails`` the token groups' exit paths and
+``set_bits`` the packing of token ids into mask words; ``states`` the automaton's
+closure, row scan and interning (``nfa_tables``, ``close``, ``plain_scans``, ``frozen``,
+``intern_info``). The extension is built when the package is
 installed with a C compiler at hand; without one the matcher walks the trie with numpy
 and the automaton builds its states in Python, with the same results, more slowly.
 Setting ``SURECALL_NATIVE=0`` in the environment turns the extension off.
@@ -19,4 +21,5 @@ except ImportError:  # built without a C compiler, or from a source tree never i
 AVAILABLE = _native is not None and os.environ.get("SURECALL_NATIVE", "1") != "0"
 walk = _native.walk if AVAILABLE else None
 run_tails = _native.run_tails if AVAILABLE else None
+set_bits = _native.set_bits if AVAILABLE else None
 states = _native if AVAILABLE else None

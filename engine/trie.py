@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from . import native
+
 _ARRAY_FIELDS = (
     "parent",
     "byte",
@@ -224,6 +226,10 @@ def words_for(size: int) -> int:
 
 def pack_ids(ids: np.ndarray, size: int) -> np.ndarray:
     """Packed little-endian bitset (uint32 words): bit i of word i >> 5 set for each id."""
+    if native.set_bits is not None:
+        words = np.zeros(words_for(size), dtype="<u4")
+        native.set_bits(np.ascontiguousarray(ids, dtype=np.int32), words)
+        return words
     ids = np.asarray(ids)
     if len(ids) <= 64:
         # A few ids: setting their bits directly beats packing a flag per token.

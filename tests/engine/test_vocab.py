@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from surecall.engine import native
 from surecall.engine.trie import TokenTrie, pack_ids, unpack_ids
 from surecall.engine.vocab import TokenVocabulary, bytes_to_unicode
 
@@ -184,15 +185,31 @@ def test_trie_invariants(strings):
     assert trie.num_nodes == len(prefixes) + 1
 
 
+@pytest.mark.parametrize("packer", ["native", "numpy"])
 @settings(max_examples=40, deadline=None)
-@given(st.sets(st.integers(0, 99)))
-def test_packed_bitsets(ids):
+@given(ids=st.sets(st.integers(0, 99)))
+def test_packed_bitsets(packer, ids):
+    if packer == "native" and native.set_bits is None:
+        pytest.skip("the native extension is not built")
     ids_array = np.array(sorted(ids), dtype=np.int32)
-    words = pack_ids(ids_array, 100)
+    with pytest.MonkeyPatch.context() as patch:
+        if packer == "numpy":
+            patch.setattr(native, "set_bits", None)
+        words = pack_ids(ids_array, 100)
     assert len(words) == 4
     for token_id in range(100):
         assert bool(words[token_id >> 5] >> (token_id & 31) & 1) == (token_id in ids)
     assert unpack_ids(words, 100).tolist() == sorted(ids)
+
+
+@pytest.mark.skipif(native.set_bits is None, reason="the native extension is not built")
+def test_native_bit_setting_refuses_ids_outside_the_words():
+    words = np.zeros(2, dtype=np.uint32)
+    with pytest.raises(ValueError, match="outside 64 bits"):
+        native.set_bits(np.array([3, 64], dtype=np.int32), words)
+    with pytest.raises(ValueError, match="outside"):
+        native.set_bits(np.array([-1], dtype=np.int32), words)
+    assert not words.any(), "a refused call sets no bit"
 
 
 @settings(max_examples=60, deadline=None)
