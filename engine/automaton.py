@@ -877,6 +877,7 @@ class ByteAutomaton:
         # Byte classes serve rows computed by class (watches, intersections): prepared on
         # first use, and looked up per position as rows need them.
         self._classes_by_mask: dict[int, tuple[int, ...]] | None = None
+        self._consumed_masks: frozenset[int] | None = None
         self._native = self._native_tables()
         self.initial = self._close([(nfa.root, None, None, None)], True)
         if self.initial == DEAD:
@@ -1475,12 +1476,15 @@ class ByteAutomaton:
         return bool(self.next_bytes(config)) or self.after_any_token(config) != DEAD
 
     def consumed_masks(self) -> set[int]:
-        """Byte sets (as 256-bit ints) that some position of this automaton consumes."""
-        nfa = self._nfa
-        found = {m for m, k in zip(nfa.mask, nfa.kind) if k in _CONSUMING and m}
-        for product in nfa.intersections:
-            found |= product.masks()
-        return found
+        """Byte sets (as 256-bit ints) that some position of this automaton consumes (a
+        fresh set: intersections ask their operands again for every automaton they are in)."""
+        if self._consumed_masks is None:
+            nfa = self._nfa
+            found = {m for m, k in zip(nfa.mask, nfa.kind) if k in _CONSUMING and m}
+            for product in nfa.intersections:
+                found |= product.masks()
+            self._consumed_masks = frozenset(found)
+        return set(self._consumed_masks)
 
     @property
     def num_configs(self) -> int:
