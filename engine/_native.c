@@ -389,6 +389,8 @@ static PyMethodDef native_methods[] = {
     {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},
     {"frozen", frozen, METH_O, frozen_doc},
     {"intern_info", intern_info, METH_VARARGS, intern_info_doc},
+    {"bind", bind_containers, METH_VARARGS, bind_doc},
+    {"successor", part_successor, METH_VARARGS, successor_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,6 +9,8 @@ PyObject *close_items(PyObject *self, PyObject *args);
 PyObject *plain_scans(PyObject *self, PyObject *args);
 PyObject *frozen(PyObject *self, PyObject *iterable);
 PyObject *intern_info(PyObject *self, PyObject *args);
-extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[];
+PyObject *bind_containers(PyObject *self, PyObject *args);
+PyObject *part_successor(PyObject *self, PyObject *args);
+extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], bind_doc[], successor_doc[];
 
 #endif

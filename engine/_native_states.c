@@ -55,6 +55,11 @@ typedef struct {
     PyObject *masks;     /* the NFA's mask list (256-bit ints) */
     int32_t *mask_id;    /* per position: its mask's index among distinct masks, -1 unknown */
     PyObject *mask_ids;  /* {mask: index} */
+    /* The automaton's own containers, bound once (``bind``) for ``successor`` to close and
+     * intern configurations in them as ``ByteAutomaton._close`` and ``_intern`` do. */
+    PyObject *closures_inside, *index, *configs, *accepting, *callers;
+    int text_mode;
+    Py_ssize_t max_items, max_configs;
 } NfaTables;
 
 static void tables_free(NfaTables *t) {
@@ -75,6 +80,8 @@ static void tables_free(NfaTables *t) {
     }
     Py_XDECREF(t->masks);
     Py_XDECREF(t->mask_ids);
+    Py_XDECREF(t->closures_inside); Py_XDECREF(t->index); Py_XDECREF(t->configs);
+    Py_XDECREF(t->accepting); Py_XDECREF(t->callers);
     free(t->mask_id);
     free(t);
 }
@@ -464,19 +471,9 @@ const char close_doc[] = (
 "a frozenset of items; None when it meets an intersection, which only Python handles;\n"
 "the item count (an int) once it exceeds ``max_items``.");
 
-PyObject *close_items(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *capsule, *kernel, *callers;
-    int at_boundary, text_mode;
-    Py_ssize_t max_items;
-    if (!PyArg_ParseTuple(args, "OO!ppO!n:close", &capsule, &PyFrozenSet_Type, &kernel, &at_boundary, &text_mode,
-                          &PyList_Type, &callers, &max_items)) {
-        return NULL;
-    }
-    NfaTables *t = tables_of(capsule);
-    if (t == NULL) {
-        return NULL;
-    }
+/* The closure of ``kernel`` as ``close`` returns it (a new reference). */
+static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int text_mode, PyObject *callers,
+                            Py_ssize_t max_items) {
     if (PySet_GET_SIZE(kernel) == 1) {
         /* Inside a literal the next position is a plain byte: the kernel is its own closure. */
         PyObject *iterator = PyObject_GetIter(kernel);
@@ -754,6 +751,19 @@ done:
     return result;
 }
 
+PyObject *close_items(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *kernel, *callers;
+    int at_boundary, text_mode;
+    Py_ssize_t max_items;
+    if (!PyArg_ParseTuple(args, "OO!ppO!n:close", &capsule, &PyFrozenSet_Type, &kernel, &at_boundary, &text_mode,
+                          &PyList_Type, &callers, &max_items)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    return t == NULL ? NULL : closure_of(t, kernel, at_boundary, text_mode, callers, max_items);
+}
+
 const char plain_scans_doc[] = (
 "plain_scans(tables, items, config)\n"
 "\n"
@@ -921,26 +931,22 @@ const char intern_info_doc[] = (
 "(whether an item accepts, the callers table {(rule, watch): [(return position,\n"
 "origin, token state)]} or None when no item calls a rule).");
 
-PyObject *intern_info(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *capsule, *items;
-    long config;
-    if (!PyArg_ParseTuple(args, "OO!l:intern_info", &capsule, &PyFrozenSet_Type, &items, &config)) {
-        return NULL;
-    }
-    NfaTables *t = tables_of(capsule);
-    PyObject *iterator = t == NULL ? NULL : PyObject_GetIter(items);
+/* Acceptance and the callers table (a new reference, None when no item calls a rule) of
+ * configuration ``config`` made of ``items``; -1 on error. */
+static int intern_info_of(NfaTables *t, PyObject *items, long config, int *accepting, PyObject **callers_out) {
+    PyObject *iterator = PyObject_GetIter(items);
     if (iterator == NULL) {
-        return NULL;
+        return -1;
     }
-    PyObject *config_number = PyLong_FromLong(config), *callers = NULL, *result = NULL, *item;
-    int accepting = 0;
-    while (config_number != NULL && (item = PyIter_Next(iterator)) != NULL) {
+    PyObject *config_number = PyLong_FromLong(config), *callers = NULL, *item;
+    *accepting = 0;
+    int status = config_number == NULL ? -1 : 0;
+    while (status == 0 && (item = PyIter_Next(iterator)) != NULL) {
         int32_t p;
         PyObject *o, *w, *state;
-        int status = unpack_item(t, item, &p, &o, &w, &state);
+        status = unpack_item(t, item, &p, &o, &w, &state);
         if (status == 0 && t->kind[p] == K_ACCEPT) {
-            accepting = 1;
+            *accepting = 1;
         } else if (status == 0 && t->kind[p] == K_CALL) {
             PyObject *call_watch, *origin = o, *made_origin = NULL;
             long origin_config;
@@ -968,17 +974,225 @@ PyObject *intern_info(PyObject *self, PyObject *args) {
             Py_XDECREF(made_origin);
         }
         Py_DECREF(item);
-        if (status < 0) {
-            goto done;
-        }
     }
-    if (!PyErr_Occurred()) {
-        result = Py_BuildValue("(NO)", PyBool_FromLong(accepting), callers == NULL ? Py_None : callers);
-    }
-
-done:
     Py_DECREF(iterator);
     Py_XDECREF(config_number);
-    Py_XDECREF(callers);
-    return result;
+    if (status < 0 || PyErr_Occurred()) {
+        Py_XDECREF(callers);
+        return -1;
+    }
+    if (callers == NULL) {
+        Py_INCREF(Py_None);
+        callers = Py_None;
+    }
+    *callers_out = callers;
+    return 0;
+}
+
+PyObject *intern_info(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *items, *callers;
+    long config;
+    int accepting;
+    if (!PyArg_ParseTuple(args, "OO!l:intern_info", &capsule, &PyFrozenSet_Type, &items, &config)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || intern_info_of(t, items, config, &accepting, &callers) < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", PyBool_FromLong(accepting), callers);
+}
+
+const char bind_doc[] = (
+"bind(tables, closures, index, configs, accepting, callers, text_mode, max_items, max_configs)\n"
+"\n"
+"Binds an automaton's containers to its tables for ``successor``: the closures of\n"
+"kernels inside a token ({kernel: config}), the index of configurations ({items:\n"
+"config}), and the per-configuration lists of items, acceptance and callers tables.");
+
+PyObject *bind_containers(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *closures, *index, *configs, *accepting, *callers;
+    int text_mode;
+    Py_ssize_t max_items, max_configs;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!pnn:bind", &capsule, &PyDict_Type, &closures, &PyDict_Type, &index,
+                          &PyList_Type, &configs, &PyList_Type, &accepting, &PyList_Type, &callers, &text_mode,
+                          &max_items, &max_configs)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL) {
+        return NULL;
+    }
+    PyObject *old[] = {t->closures_inside, t->index, t->configs, t->accepting, t->callers};
+    Py_INCREF(closures); Py_INCREF(index); Py_INCREF(configs); Py_INCREF(accepting); Py_INCREF(callers);
+    t->closures_inside = closures;
+    t->index = index;
+    t->configs = configs;
+    t->accepting = accepting;
+    t->callers = callers;
+    t->text_mode = text_mode;
+    t->max_items = max_items;
+    t->max_configs = max_configs;
+    for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++) {
+        Py_XDECREF(old[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+/* The configuration of ``items`` (a non-empty frozenset), interned if new; -1 on error,
+ * SUCCESSOR_TOO_MANY_CONFIGS past the limit. */
+#define SUCCESSOR_TOO_MANY_ITEMS (-10)
+#define SUCCESSOR_TOO_MANY_CONFIGS (-11)
+
+static long intern_items(NfaTables *t, PyObject *items) {
+    PyObject *found = PyDict_GetItemWithError(t->index, items);
+    if (found != NULL) {
+        return PyLong_AsLong(found);
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    const Py_ssize_t config = PyList_GET_SIZE(t->configs);
+    if (config >= t->max_configs) {
+        return SUCCESSOR_TOO_MANY_CONFIGS;
+    }
+    int accepting;
+    PyObject *callers, *number = PyLong_FromSsize_t(config);
+    if (number == NULL || intern_info_of(t, items, (long)config, &accepting, &callers) < 0) {
+        Py_XDECREF(number);
+        return -1;
+    }
+    /* The lists grow together: a failure leaves them as they were. */
+    int status = PyList_Append(t->configs, items);
+    if (status == 0 && (status = PyList_Append(t->accepting, accepting ? Py_True : Py_False)) < 0) {
+        PyList_SetSlice(t->configs, config, config + 1, NULL);
+    }
+    if (status == 0 && (status = PyList_Append(t->callers, callers)) < 0) {
+        PyList_SetSlice(t->configs, config, config + 1, NULL);
+        PyList_SetSlice(t->accepting, config, config + 1, NULL);
+    }
+    if (status == 0 && (status = PyDict_SetItem(t->index, items, number)) < 0) {
+        PyList_SetSlice(t->configs, config, config + 1, NULL);
+        PyList_SetSlice(t->accepting, config, config + 1, NULL);
+        PyList_SetSlice(t->callers, config, config + 1, NULL);
+    }
+    Py_DECREF(callers);
+    Py_DECREF(number);
+    return status < 0 ? -1 : (long)config;
+}
+
+const char successor_doc[] = (
+"successor(tables, by_mask, masks, members)\n"
+"\n"
+"As ``ByteAutomaton._part_successor`` with the containers given to ``bind``: the\n"
+"configuration reached by the items ``by_mask`` holds for the byte sets\n"
+"``masks[i]``, i in ``members``, closed inside a token and interned if new. Returns\n"
+"its number (-1 for none), -10 when a closure exceeds max_items, -11 when interning\n"
+"would exceed max_configs, or None when the closure meets an intersection (left to\n"
+"Python).");
+
+PyObject *part_successor(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *by_mask, *masks, *members;
+    if (!PyArg_ParseTuple(args, "OO!OO!:successor", &capsule, &PyDict_Type, &by_mask, &masks, &PyList_Type,
+                          &members)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL) {
+        return NULL;
+    }
+    if (t->configs == NULL) {
+        PyErr_SetString(PyExc_ValueError, "successor: the tables are not bound to an automaton");
+        return NULL;
+    }
+    if (!PyList_Check(masks) && !PyTuple_Check(masks)) {
+        PyErr_SetString(PyExc_TypeError, "successor: masks must be a list or a tuple");
+        return NULL;
+    }
+    const Py_ssize_t num_members = PyList_GET_SIZE(members);
+    PyObject *source = NULL;
+    for (Py_ssize_t i = 0; i < num_members; i++) {
+        Py_ssize_t index = PyNumber_AsSsize_t(PyList_GET_ITEM(members, i), PyExc_IndexError);
+        if (index == -1 && PyErr_Occurred()) {
+            Py_XDECREF(source);
+            return NULL;
+        }
+        if (index < 0 || index >= PySequence_Fast_GET_SIZE(masks)) {
+            Py_XDECREF(source);
+            PyErr_SetString(PyExc_IndexError, "successor: a member is not an index of masks");
+            return NULL;
+        }
+        PyObject *scanned = PyDict_GetItemWithError(by_mask, PySequence_Fast_ITEMS(masks)[index]);
+        if (scanned == NULL) {
+            Py_XDECREF(source);
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_KeyError, "successor: a byte set has no scanned items");
+            }
+            return NULL;
+        }
+        if (num_members == 1) {
+            Py_INCREF(scanned);
+            source = scanned;
+        } else {
+            if (!PyTuple_Check(scanned)) {
+                PyErr_SetString(PyExc_TypeError, "successor: scanned items are not a tuple");
+            } else if (source != NULL || (source = PyList_New(0)) != NULL) {
+                for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(scanned); j++) {
+                    if (PyList_Append(source, PyTuple_GET_ITEM(scanned, j)) < 0) {
+                        break;
+                    }
+                }
+            }
+            if (PyErr_Occurred()) {
+                Py_XDECREF(source);
+                return NULL;
+            }
+        }
+    }
+    if (source == NULL) {
+        return PyLong_FromLong(-1);
+    }
+    PyObject *kernel = plain_frozenset(source);
+    Py_DECREF(source);
+    if (kernel == NULL) {
+        return NULL;
+    }
+    if (PySet_GET_SIZE(kernel) == 0) {
+        Py_DECREF(kernel);
+        return PyLong_FromLong(-1);
+    }
+    PyObject *known = PyDict_GetItemWithError(t->closures_inside, kernel);
+    if (known != NULL || PyErr_Occurred()) {
+        Py_XINCREF(known);
+        Py_DECREF(kernel);
+        return known;
+    }
+    PyObject *items = closure_of(t, kernel, 0, t->text_mode, t->callers, t->max_items);
+    if (items == NULL || items == Py_None) {
+        Py_DECREF(kernel);
+        return items;
+    }
+    long config;
+    if (PyLong_Check(items)) {
+        config = SUCCESSOR_TOO_MANY_ITEMS;
+    } else if (PySet_GET_SIZE(items) == 0) {
+        config = -1;
+    } else {
+        config = intern_items(t, items);
+        if (config == -1 && PyErr_Occurred()) {
+            Py_DECREF(items);
+            Py_DECREF(kernel);
+            return NULL;
+        }
+    }
+    Py_DECREF(items);
+    PyObject *number = PyLong_FromLong(config);
+    if (number != NULL && config >= -1 && PyDict_SetItem(t->closures_inside, kernel, number) < 0) {
+        Py_CLEAR(number);
+    }
+    Py_DECREF(kernel);
+    return number;
 }

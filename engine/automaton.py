@@ -272,7 +272,7 @@ class _Nfa:
 
     def __init__(self) -> None:
         self.kind: list[int] = []
-        self.mask: list[int] = []  # consumed bytes as a 256-bit int (consuming kinds)
+        self.mask: list[int] = []  # consumed bytes as a 256-bit int (consuming kinds; 0 for the others)
         self.out: list = []  # successor; list of targets for _EPS; (body, after) for _COUNT_*
         self.arg: list[int] = []  # rule index (_CALL/_END), except id (_EX_*, tagged _BYTE), counter (_COUNT_*), else -1
         self.owner: list[int] = []  # called rule whose body holds the position (-1: top level)
@@ -810,6 +810,17 @@ def _too_many_items() -> GrammarError:
     )
 
 
+def _too_many_configs() -> GrammarError:
+    return GrammarError(
+        f"automaton too large (more than {MAX_CONFIGS} parse states): the grammar is too "
+        "ambiguous or the input nests too deeply"
+    )
+
+
+# What native.states.successor returns past MAX_ITEMS_PER_CONFIG (past MAX_CONFIGS: one less).
+_NATIVE_TOO_MANY_ITEMS = -10
+
+
 def _row_index(values: np.ndarray):
     """``values`` (sorted bytes) as the cheapest index of a table row: an int, a slice
     for a range, else the array (numpy assigns through scalars and slices many times
@@ -879,6 +890,11 @@ class ByteAutomaton:
         self._classes_by_mask: dict[int, tuple[int, ...]] | None = None
         self._consumed_masks: frozenset[int] | None = None
         self._native = self._native_tables()
+        if self._native is not None:
+            native.states.bind(
+                self._native, self._closures[0], self._index, self._configs, self._accepting, self._callers,
+                text_mode, MAX_ITEMS_PER_CONFIG, MAX_CONFIGS,
+            )
         self.initial = self._close([(nfa.root, None, None, None)], True)
         if self.initial == DEAD:
             # Rule checks already exclude unproductive rules; this is what they cannot
@@ -1074,10 +1090,7 @@ class ByteAutomaton:
             return cid
         cid = len(self._configs)
         if cid >= MAX_CONFIGS:
-            raise GrammarError(
-                f"automaton too large (more than {MAX_CONFIGS} parse states): the grammar is too "
-                "ambiguous or the input nests too deeply"
-            )
+            raise _too_many_configs()
         self._configs.append(items)
         self._index[items] = cid
         if self._native is not None:
@@ -1087,10 +1100,13 @@ class ByteAutomaton:
         self._accepting.append(accepting)
         self._callers.append(callers)
         if cid >= self._table.shape[0]:
-            grown = np.full((self._table.shape[0] * 2, 256), _UNKNOWN, dtype=np.int32)
-            grown[: self._table.shape[0]] = self._table
-            self._table = grown
+            self._grow_table()
         return cid
+
+    def _grow_table(self) -> None:
+        grown = np.full((self._table.shape[0] * 2, 256), _UNKNOWN, dtype=np.int32)
+        grown[: self._table.shape[0]] = self._table
+        self._table = grown
 
     def _intern_info(self, items: frozenset, cid: int) -> tuple[bool, dict | None]:
         """(whether an item accepts, the rules its items call: {(rule, watch): [(return
@@ -1135,6 +1151,16 @@ class ByteAutomaton:
         return scan
 
     def _part_successor(self, by_mask: dict, masks: list[int], members: list[int]) -> int:
+        if self._native is not None:
+            # Kernel, closure and interning in one native call; None leaves an
+            # intersection to Python.
+            cid = native.states.successor(self._native, by_mask, masks, members)
+            if cid is not None:
+                if cid >= DEAD:
+                    if cid >= self._table.shape[0]:
+                        self._grow_table()
+                    return cid
+                raise _too_many_items() if cid == _NATIVE_TOO_MANY_ITEMS else _too_many_configs()
         if len(members) == 1:
             kernel = by_mask[masks[members[0]]]
         else:
@@ -1480,7 +1506,9 @@ class ByteAutomaton:
         fresh set: intersections ask their operands again for every automaton they are in)."""
         if self._consumed_masks is None:
             nfa = self._nfa
-            found = {m for m, k in zip(nfa.mask, nfa.kind) if k in _CONSUMING and m}
+            # Only consuming positions have a non-zero mask.
+            found = set(nfa.mask)
+            found.discard(0)
             for product in nfa.intersections:
                 found |= product.masks()
             self._consumed_masks = frozenset(found)

@@ -7,7 +7,7 @@ import pytest
 
 from surecall.engine import automaton as automaton_module
 from surecall.engine import native
-from surecall.engine.automaton import DEAD, utf8_sequences
+from surecall.engine.automaton import DEAD, ByteAutomaton, build_nfa, utf8_sequences
 from surecall.engine.errors import GrammarError
 from surecall.engine.grammar import Grammar
 from surecall.engine.ir import (
@@ -173,6 +173,24 @@ def test_ambiguity_growth_is_bounded_by_an_error(monkeypatch):
     with pytest.raises(GrammarError, match="too ambiguous"):
         for _ in range(1000):
             config = automaton.step(config, ord("a"))
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_parse_state_count_is_bounded_by_an_error(monkeypatch, use_native):
+    if use_native and native.states is None:
+        pytest.skip("the native extension is not built")
+    if not use_native:
+        monkeypatch.setattr(native, "states", None)
+    monkeypatch.setattr(automaton_module, "MAX_CONFIGS", 40)
+    # Every further 'a' is a new parse state (the count so far is part of it). Built
+    # directly: grammars share automata through a cache.
+    automaton = ByteAutomaton(build_nfa({"start": repeat(literal("a"), 0, 1000)}, "start"))
+    assert (automaton._native is not None) == use_native
+    config = automaton.initial
+    with pytest.raises(GrammarError, match="more than 40 parse states"):
+        for _ in range(100):
+            config = automaton.step(config, ord("a"))
+    assert automaton.num_configs == 40
 
 
 def test_json_like_recursive_grammar():
@@ -413,6 +431,14 @@ def test_native_state_functions_refuse_malformed_arguments():
         states.plain_scans(tables, frozenset({("x",)}), 0)
     with pytest.raises(ValueError):
         states.close("not tables", frozenset(), True, False, [], 10)
+    with pytest.raises(KeyError, match="no scanned items"):
+        states.successor(tables, {}, [1], [0])
+    with pytest.raises(IndexError, match="not an index"):
+        states.successor(tables, {1: ((0, None, None, None),)}, [1], [5])
+    with pytest.raises(TypeError, match="list or a tuple"):
+        states.successor(tables, {1: ((0, None, None, None),)}, {1: 1}, [0])
+    with pytest.raises(ValueError, match="not bound"):
+        states.successor(states.nfa_tables([0], [0], [-1], [True], [], [], [], "pending", [2]), {}, [], [])
     # The automaton still works after the refusals.
     assert automaton.step_bytes(automaton.initial, b"aab") != DEAD
 

@@ -242,6 +242,24 @@ def test_native_state_building_matches_python(rule_bodies, texts, text_mode):
 
 
 
+@pytest.mark.parametrize(
+    "text",
+    [*GRAMMARS.values(), "start ::= any! 'x' any!* except!('q', 2) 'q';",
+     "start ::= intersect!(#'[a-c]+', #'.*b.*') ('z' start)?;"],
+)
+def test_consumed_byte_sets_are_the_masks_of_consuming_positions(text):
+    # consumed_masks reads every non-zero mask as consumed: only consuming kinds have one.
+    grammar = Grammar.from_ebnf(text)
+    nfa = build_nfa(dict(grammar.rules), grammar.start)
+    automaton = ByteAutomaton(nfa)
+    consuming = [k in automaton_module._CONSUMING for k in nfa.kind]
+    assert all(mask == 0 for mask, consumes in zip(nfa.mask, consuming) if not consumes)
+    expected = {mask for mask, consumes in zip(nfa.mask, consuming) if consumes and mask}
+    for product in nfa.intersections:
+        expected |= product.masks()
+    assert automaton.consumed_masks() == expected
+
+
 def _python_and_native_automata(rules: dict, start: str, text_mode: bool = False):
     nfa = build_nfa(rules, start)
     built = ByteAutomaton(nfa, text_mode=text_mode)
