@@ -391,6 +391,7 @@ static PyMethodDef native_methods[] = {
     {"intern_info", intern_info, METH_VARARGS, intern_info_doc},
     {"bind", bind_containers, METH_VARARGS, bind_doc},
     {"successor", part_successor, METH_VARARGS, successor_doc},
+    {"utf8_agrees", utf8_agrees, METH_VARARGS, utf8_agrees_doc},
     {NULL, NULL, 0, NULL},
 };
 

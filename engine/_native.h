@@ -11,6 +11,7 @@ PyObject *frozen(PyObject *self, PyObject *iterable);
 PyObject *intern_info(PyObject *self, PyObject *args);
 PyObject *bind_containers(PyObject *self, PyObject *args);
 PyObject *part_successor(PyObject *self, PyObject *args);
-extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], bind_doc[], successor_doc[];
+PyObject *utf8_agrees(PyObject *self, PyObject *args);
+extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], bind_doc[], successor_doc[], utf8_agrees_doc[];
 
 #endif

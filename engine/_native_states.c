@@ -55,6 +55,8 @@ typedef struct {
     PyObject *masks;     /* the NFA's mask list (256-bit ints) */
     int32_t *mask_id;    /* per position: its mask's index among distinct masks, -1 unknown */
     PyObject *mask_ids;  /* {mask: index} */
+    uint8_t (*mask_bits)[32]; /* per mask index: its bytes as a little-endian bitset */
+    Py_ssize_t mask_bits_capacity;
     /* The automaton's own containers, bound once (``bind``) for ``successor`` to close and
      * intern configurations in them as ``ByteAutomaton._close`` and ``_intern`` do. */
     PyObject *closures_inside, *index, *configs, *accepting, *callers;
@@ -83,6 +85,7 @@ static void tables_free(NfaTables *t) {
     Py_XDECREF(t->closures_inside); Py_XDECREF(t->index); Py_XDECREF(t->configs);
     Py_XDECREF(t->accepting); Py_XDECREF(t->callers);
     free(t->mask_id);
+    free(t->mask_bits);
     free(t);
 }
 
@@ -771,6 +774,22 @@ const char plain_scans_doc[] = (
 "scans them ({mask: tuple of items}), or None when the row needs Python's by-class\n"
 "scan (watches, intersections, except! positions).");
 
+/* A byte set (a non-negative int below 2**256) as 32 little-endian bytes; -1 on error. */
+static int bits_of_int(PyObject *mask, uint8_t bits[32]) {
+    PyObject *packed = PyObject_CallMethod(mask, "to_bytes", "is", 32, "little");
+    if (packed == NULL) {
+        return -1;
+    }
+    if (!PyBytes_Check(packed) || PyBytes_GET_SIZE(packed) != 32) {
+        Py_DECREF(packed);
+        PyErr_SetString(PyExc_ValueError, "a byte set is not a 256-bit int");
+        return -1;
+    }
+    memcpy(bits, PyBytes_AS_STRING(packed), 32);
+    Py_DECREF(packed);
+    return 0;
+}
+
 /* The index of position ``p``'s mask among the distinct masks, -1 on error. */
 static int32_t mask_index(NfaTables *t, int32_t p) {
     if (t->mask_id[p] < 0) {
@@ -783,6 +802,19 @@ static int32_t mask_index(NfaTables *t, int32_t p) {
             return -1;
         } else {
             index = (long)PyDict_GET_SIZE(t->mask_ids);
+            if (index >= t->mask_bits_capacity) {
+                Py_ssize_t capacity = t->mask_bits_capacity ? t->mask_bits_capacity * 2 : 64;
+                uint8_t (*grown)[32] = realloc(t->mask_bits, (size_t)capacity * 32);
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                t->mask_bits = grown;
+                t->mask_bits_capacity = capacity;
+            }
+            if (bits_of_int(mask, t->mask_bits[index]) < 0) {
+                return -1;
+            }
             PyObject *number = PyLong_FromLong(index);
             int status = number == NULL ? -1 : PyDict_SetItem(t->mask_ids, mask, number);
             Py_XDECREF(number);
@@ -1195,4 +1227,205 @@ PyObject *part_successor(PyObject *self, PyObject *args) {
     }
     Py_DECREF(kernel);
     return number;
+}
+
+/* How a byte set meets the bytes low..high. */
+enum { RANGE_MISSED, RANGE_HELD, RANGE_SPLIT };
+
+static int range_meets(const uint8_t bits[32], int low, int high) {
+    int inside = 0;
+    for (int b = low; b <= high; b++) {
+        inside += (bits[b >> 3] >> (b & 7)) & 1;
+    }
+    return inside == 0 ? RANGE_MISSED : inside == high - low + 1 ? RANGE_HELD : RANGE_SPLIT;
+}
+
+/* As ``ByteAutomaton._kernel_after``: a frozenset, None (a new reference to it) when the
+ * range splits a byte set, NULL on error. */
+static PyObject *kernel_after(NfaTables *t, PyObject *by_mask, int low, int high) {
+    PyObject *items = PyList_New(0), *mask, *scanned;
+    Py_ssize_t position = 0;
+    if (items == NULL) {
+        return NULL;
+    }
+    while (PyDict_Next(by_mask, &position, &mask, &scanned)) {
+        uint8_t own[32];
+        const uint8_t *bits = own;
+        PyObject *index = PyDict_GetItemWithError(t->mask_ids, mask);
+        if (index != NULL) {
+            long i = PyLong_AsLong(index);
+            if (i < 0 || i >= PyDict_GET_SIZE(t->mask_ids)) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_ValueError, "a byte set's index is out of range");
+                }
+                Py_DECREF(items);
+                return NULL;
+            }
+            bits = t->mask_bits[i];
+        } else if (PyErr_Occurred() || bits_of_int(mask, own) < 0) {
+            Py_DECREF(items);
+            return NULL;
+        }
+        const int meets = range_meets(bits, low, high);
+        if (meets == RANGE_SPLIT) {
+            Py_DECREF(items);
+            Py_RETURN_NONE;
+        }
+        if (meets == RANGE_HELD) {
+            if (!PyTuple_Check(scanned)) {
+                PyErr_SetString(PyExc_TypeError, "scanned items are not a tuple");
+                Py_DECREF(items);
+                return NULL;
+            }
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(scanned); j++) {
+                if (PyList_Append(items, PyTuple_GET_ITEM(scanned, j)) < 0) {
+                    Py_DECREF(items);
+                    return NULL;
+                }
+            }
+        }
+    }
+    PyObject *kernel = PyFrozenSet_New(items);
+    Py_DECREF(items);
+    return kernel;
+}
+
+/* As ``ByteAutomaton._plain_kernel_after``, returning as ``kernel_after`` does. */
+static PyObject *plain_kernel_after(NfaTables *t, PyObject *kernel, int low, int high) {
+    PyObject *items = PyList_New(0), *iterator = items == NULL ? NULL : PyObject_GetIter(kernel), *item;
+    PyObject *result = NULL;
+    if (iterator == NULL) {
+        Py_XDECREF(items);
+        return NULL;
+    }
+    int split = 0;
+    while (!split && (item = PyIter_Next(iterator)) != NULL) {
+        int32_t p;
+        PyObject *o, *w, *state;
+        const int32_t *reached;
+        int32_t count;
+        int status = unpack_item(t, item, &p, &o, &w, &state);
+        if (status == 0) {
+            status = local_closure(t, p, &reached, &count);
+        }
+        for (int32_t i = 0; status == 0 && !split && i < count; i++) {
+            const int32_t q = reached[i];
+            if (t->kind[q] != K_BYTE || t->arg[q] >= 0 || w != Py_None) {
+                split = 1;
+                break;
+            }
+            const int32_t index = mask_index(t, q);
+            if (index < 0) {
+                status = -1;
+                break;
+            }
+            const int meets = range_meets(t->mask_bits[index], low, high);
+            if (meets == RANGE_SPLIT) {
+                split = 1;
+            } else if (meets == RANGE_HELD) {
+                PyObject *made = item_of(t, t->out[q], o, Py_None, state);
+                status = made == NULL ? -1 : PyList_Append(items, made);
+                Py_XDECREF(made);
+            }
+        }
+        Py_DECREF(item);
+        if (status < 0) {
+            goto done;
+        }
+    }
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (split) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    } else {
+        result = PyFrozenSet_New(items);
+    }
+
+done:
+    Py_DECREF(iterator);
+    Py_DECREF(items);
+    return result;
+}
+
+/* Truth of a kernel as Python sees it: None and the empty set are false. */
+static int kernel_is_empty(PyObject *kernel) {
+    return kernel == Py_None || PySet_GET_SIZE(kernel) == 0;
+}
+
+const char utf8_agrees_doc[] = (
+"utf8_agrees(tables, by_mask, ascii_byte, forms)\n"
+"\n"
+"As ``ByteAutomaton._utf8_kernels_agree`` given a configuration's scan ``by_mask``\n"
+"(from ``plain_scans``): whether every UTF-8 form of ``forms`` (lead byte range,\n"
+"continuation ranges) leads to the items ``ascii_byte`` leads to.");
+
+PyObject *utf8_agrees(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *by_mask, *forms;
+    int ascii_byte;
+    if (!PyArg_ParseTuple(args, "OO!iO!:utf8_agrees", &capsule, &PyDict_Type, &by_mask, &ascii_byte, &PyTuple_Type,
+                          &forms)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL) {
+        return NULL;
+    }
+    if (ascii_byte < 0 || ascii_byte > 255) {
+        PyErr_SetString(PyExc_ValueError, "utf8_agrees: ascii_byte is not a byte");
+        return NULL;
+    }
+    PyObject *target = kernel_after(t, by_mask, ascii_byte, ascii_byte);
+    if (target == NULL) {
+        return NULL;
+    }
+    int agrees = !kernel_is_empty(target);
+    for (Py_ssize_t f = 0; agrees == 1 && f < PyTuple_GET_SIZE(forms); f++) {
+        int lead_low, lead_high;
+        PyObject *continuations;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(forms, f), "(ii)O!:utf8_agrees form", &lead_low, &lead_high,
+                              &PyTuple_Type, &continuations)) {
+            agrees = -1;
+            break;
+        }
+        if (lead_low < 0 || lead_high > 255 || lead_low > lead_high) {
+            PyErr_SetString(PyExc_ValueError, "utf8_agrees: a form's range is not a byte range");
+            agrees = -1;
+            break;
+        }
+        PyObject *kernel = kernel_after(t, by_mask, lead_low, lead_high);
+        for (Py_ssize_t c = 0; kernel != NULL && c < PyTuple_GET_SIZE(continuations); c++) {
+            int low, high;
+            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(continuations, c), "ii:utf8_agrees range", &low, &high) ||
+                low < 0 || high > 255 || low > high) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_ValueError, "utf8_agrees: a continuation is not a byte range");
+                }
+                Py_CLEAR(kernel);
+                break;
+            }
+            if (kernel_is_empty(kernel)) {
+                Py_DECREF(kernel);
+                kernel = Py_None;
+                Py_INCREF(kernel);
+                break;
+            }
+            PyObject *next = plain_kernel_after(t, kernel, low, high);
+            Py_DECREF(kernel);
+            kernel = next;
+        }
+        if (kernel == NULL) {
+            agrees = -1;
+            break;
+        }
+        agrees = kernel == Py_None ? 0 : PyObject_RichCompareBool(kernel, target, Py_EQ);
+        Py_DECREF(kernel);
+    }
+    Py_DECREF(target);
+    if (agrees < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(agrees);
 }

@@ -1379,6 +1379,8 @@ class ByteAutomaton:
         if scan is None:
             return False
         by_mask = scan[0]
+        if self._native is not None:
+            return native.states.utf8_agrees(self._native, by_mask, ascii_byte, _UTF8_FORMS)
         target = self._kernel_after(by_mask, ascii_byte, ascii_byte)
         if not target:
             return False

@@ -3,10 +3,11 @@
 ``walk`` is the matcher's trie walk, ``run_tails`` the token groups' exit paths and
 ``set_bits`` the packing of token ids into mask words; ``states`` the automaton's
 closure, row scan and interning (``nfa_tables``, ``close``, ``plain_scans``, ``frozen``,
-``intern_info``, and ``successor``, which closes and interns a row entry's configuration
-in the containers an automaton ``bind``\ s to its tables). The extension is built when the package is
-installed with a C compiler at hand; without one the matcher walks the trie with numpy
-and the automaton builds its states in Python, with the same results, more slowly.
+``intern_info``; ``successor``, which closes and interns a row entry's configuration in
+the containers an automaton binds to its tables with ``bind``; ``utf8_agrees``). The
+extension is built when the package is installed with a C compiler at hand; without one
+the matcher walks the trie with numpy and the automaton builds its states in Python, with
+the same results, more slowly.
 Setting ``SURECALL_NATIVE=0`` in the environment turns the extension off.
 """
 

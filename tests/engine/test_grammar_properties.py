@@ -295,6 +295,32 @@ def test_native_state_building_matches_python_with_exclusions_pending_across_cal
     ]
 
 
+UTF8_AGREEMENT_PATTERNS = [
+    r'"[^"\\]*"', r'"[^"é]*"', r'"[a-z\u00e0-\u00ff]*"', r'"(x|[^"\\]){0,3}"', r'[α-ω]+|[^a-z]', r'(\w|日)+',
+    r'.{2}x', r'"([^"\\]|\\u[0-9a-f]{4})*"',
+]
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+@pytest.mark.parametrize("pattern", UTF8_AGREEMENT_PATTERNS)
+@settings(max_examples=20, deadline=None)
+@given(choices=st.lists(st.integers(0, 1_000), max_size=12), ascii_byte=st.integers(0x20, 0x7E))
+def test_native_utf8_agreement_matches_python(pattern, choices, ascii_byte):
+    grammar = Grammar.from_regex(pattern)
+    built, python_only = _python_and_native_automata(dict(grammar.rules), grammar.start)
+    # The same steps on both, so that configurations are numbered alike.
+    native_found, python_found = [], []
+    for automaton, found in ((built, native_found), (python_only, python_found)):
+        config = automaton.initial
+        for choice in choices:
+            found.append(automaton.utf8_agrees(config, ascii_byte))
+            options = automaton.next_bytes(config)
+            if not options:
+                break
+            config = automaton.step(config, options[choice % len(options)])
+    assert native_found == python_found
+
+
 def _callers(automaton, config: int) -> dict | None:
     """The rules a configuration's items call, by return (listed in item order, which
     differs between equal sets)."""
