@@ -392,6 +392,7 @@ static PyMethodDef native_methods[] = {
     {"bind", bind_containers, METH_VARARGS, bind_doc},
     {"successor", part_successor, METH_VARARGS, successor_doc},
     {"utf8_agrees", utf8_agrees, METH_VARARGS, utf8_agrees_doc},
+    {"entry", entry, METH_VARARGS, entry_doc},
     {NULL, NULL, 0, NULL},
 };
 

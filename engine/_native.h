@@ -12,6 +12,7 @@ PyObject *intern_info(PyObject *self, PyObject *args);
 PyObject *bind_containers(PyObject *self, PyObject *args);
 PyObject *part_successor(PyObject *self, PyObject *args);
 PyObject *utf8_agrees(PyObject *self, PyObject *args);
-extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], bind_doc[], successor_doc[], utf8_agrees_doc[];
+PyObject *entry(PyObject *self, PyObject *args);
+extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], bind_doc[], successor_doc[], utf8_agrees_doc[], entry_doc[];
 
 #endif

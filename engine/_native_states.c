@@ -52,6 +52,7 @@ typedef struct {
     PyObject *pending;   /* automaton.PENDING */
     PyObject *self_origin;
     PyObject **positions; /* the Python int of each position, made on first use */
+    PyObject **plain_items; /* the item (position, None, None, None) of each position, made on first use */
     PyObject *masks;     /* the NFA's mask list (256-bit ints) */
     int32_t *mask_id;    /* per position: its mask's index among distinct masks, -1 unknown */
     PyObject *mask_ids;  /* {mask: index} */
@@ -60,6 +61,9 @@ typedef struct {
     /* The automaton's own containers, bound once (``bind``) for ``successor`` to close and
      * intern configurations in them as ``ByteAutomaton._close`` and ``_intern`` do. */
     PyObject *closures_inside, *index, *configs, *accepting, *callers;
+    /* For ``entry``: scans of partly filled rows ({config: (by_mask, masks, partition)}),
+     * partitions by masks, and a one-element list holding the current successor table. */
+    PyObject *row_scans, *partitions, *table_box;
     int text_mode;
     Py_ssize_t max_items, max_configs;
 } NfaTables;
@@ -80,10 +84,17 @@ static void tables_free(NfaTables *t) {
         }
         free(t->positions);
     }
+    if (t->plain_items != NULL) {
+        for (Py_ssize_t p = 0; p < t->size; p++) {
+            Py_XDECREF(t->plain_items[p]);
+        }
+        free(t->plain_items);
+    }
     Py_XDECREF(t->masks);
     Py_XDECREF(t->mask_ids);
     Py_XDECREF(t->closures_inside); Py_XDECREF(t->index); Py_XDECREF(t->configs);
     Py_XDECREF(t->accepting); Py_XDECREF(t->callers);
+    Py_XDECREF(t->row_scans); Py_XDECREF(t->partitions); Py_XDECREF(t->table_box);
     free(t->mask_id);
     free(t->mask_bits);
     free(t);
@@ -157,7 +168,8 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
         !(t->counter_high = zeroed(t->num_counters, sizeof(long))) ||
         !(t->except_limited = zeroed(t->num_excepts, 1)) || !(t->local_start = zeroed(n, 4)) ||
         !(t->local_len = zeroed(n, 4)) || !(t->visit_stamp = zeroed(n, 4)) || !(t->stack = zeroed(n, 4)) ||
-        !(t->positions = zeroed(n, sizeof(PyObject *))) || !(t->mask_id = zeroed(n, 4))) {
+        !(t->positions = zeroed(n, sizeof(PyObject *))) || !(t->plain_items = zeroed(n, sizeof(PyObject *))) ||
+        !(t->mask_id = zeroed(n, 4))) {
         goto fail;
     }
     Py_ssize_t num_eps = 0;
@@ -403,10 +415,21 @@ PyObject *frozen(PyObject *self, PyObject *iterable) {
     return plain_frozenset(iterable);
 }
 
-/* (position, origin, watch, token_state), stealing no references. */
+/* (position, origin, watch, token_state), stealing no references. Items outside any call,
+ * watch and counter are most items of most grammars: one shared tuple per position. */
 static PyObject *item_of(NfaTables *t, int32_t position, PyObject *origin, PyObject *watch, PyObject *token_state) {
+    const int plain = origin == Py_None && watch == Py_None && token_state == Py_None;
+    if (plain && t->plain_items[position] != NULL) {
+        Py_INCREF(t->plain_items[position]);
+        return t->plain_items[position];
+    }
     PyObject *p = position_object(t, position);
-    return p == NULL ? NULL : untracked_if_plain(PyTuple_Pack(4, p, origin, watch, token_state));
+    PyObject *item = p == NULL ? NULL : untracked_if_plain(PyTuple_Pack(4, p, origin, watch, token_state));
+    if (plain && item != NULL) {
+        Py_INCREF(item);
+        t->plain_items[position] = item;
+    }
+    return item;
 }
 
 /* Append a new item to ``work``; -1 on failure. */
@@ -829,17 +852,8 @@ static int32_t mask_index(NfaTables *t, int32_t p) {
 
 #define MAX_SCAN_GROUPS 64
 
-PyObject *plain_scans(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *capsule, *items;
-    long config;
-    if (!PyArg_ParseTuple(args, "OO!l:plain_scans", &capsule, &PyFrozenSet_Type, &items, &config)) {
-        return NULL;
-    }
-    NfaTables *t = tables_of(capsule);
-    if (t == NULL) {
-        return NULL;
-    }
+/* The scan ``plain_scans`` returns (a new reference), NULL on error. */
+static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
     /* Items grouped by the index of their mask: a few groups, searched in order. */
     int32_t group_mask[MAX_SCAN_GROUPS];
     int32_t group_position[MAX_SCAN_GROUPS];
@@ -956,6 +970,17 @@ done:
     return result;
 }
 
+PyObject *plain_scans(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *items;
+    long config;
+    if (!PyArg_ParseTuple(args, "OO!l:plain_scans", &capsule, &PyFrozenSet_Type, &items, &config)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    return t == NULL ? NULL : plain_scans_of(t, items, config);
+}
+
 const char intern_info_doc[] = (
 "intern_info(tables, items, config)\n"
 "\n"
@@ -1037,33 +1062,44 @@ PyObject *intern_info(PyObject *self, PyObject *args) {
 }
 
 const char bind_doc[] = (
-"bind(tables, closures, index, configs, accepting, callers, text_mode, max_items, max_configs)\n"
+"bind(tables, closures, index, configs, accepting, callers, scans, partitions, table_box,\n"
+"     text_mode, max_items, max_configs)\n"
 "\n"
-"Binds an automaton's containers to its tables for ``successor``: the closures of\n"
-"kernels inside a token ({kernel: config}), the index of configurations ({items:\n"
-"config}), and the per-configuration lists of items, acceptance and callers tables.");
+"Binds an automaton's containers to its tables for ``successor`` and ``entry``: the\n"
+"closures of kernels inside a token ({kernel: config}), the index of configurations\n"
+"({items: config}), the per-configuration lists of items, acceptance and callers\n"
+"tables, the scans of partly filled rows, the partitions by byte sets, and a list\n"
+"whose one element is the successor table.");
 
 PyObject *bind_containers(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *capsule, *closures, *index, *configs, *accepting, *callers;
+    PyObject *capsule, *closures, *index, *configs, *accepting, *callers, *scans, *partitions, *table_box;
     int text_mode;
     Py_ssize_t max_items, max_configs;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!pnn:bind", &capsule, &PyDict_Type, &closures, &PyDict_Type, &index,
-                          &PyList_Type, &configs, &PyList_Type, &accepting, &PyList_Type, &callers, &text_mode,
-                          &max_items, &max_configs)) {
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O!O!pnn:bind", &capsule, &PyDict_Type, &closures, &PyDict_Type, &index,
+                          &PyList_Type, &configs, &PyList_Type, &accepting, &PyList_Type, &callers, &PyDict_Type,
+                          &scans, &PyDict_Type, &partitions, &PyList_Type, &table_box, &text_mode, &max_items,
+                          &max_configs)) {
         return NULL;
     }
     NfaTables *t = tables_of(capsule);
     if (t == NULL) {
         return NULL;
     }
-    PyObject *old[] = {t->closures_inside, t->index, t->configs, t->accepting, t->callers};
-    Py_INCREF(closures); Py_INCREF(index); Py_INCREF(configs); Py_INCREF(accepting); Py_INCREF(callers);
+    PyObject *old[] = {t->closures_inside, t->index, t->configs, t->accepting, t->callers, t->row_scans, t->partitions,
+                       t->table_box};
+    PyObject *fresh[] = {closures, index, configs, accepting, callers, scans, partitions, table_box};
+    for (size_t i = 0; i < sizeof(fresh) / sizeof(fresh[0]); i++) {
+        Py_INCREF(fresh[i]);
+    }
     t->closures_inside = closures;
     t->index = index;
     t->configs = configs;
     t->accepting = accepting;
     t->callers = callers;
+    t->row_scans = scans;
+    t->partitions = partitions;
+    t->table_box = table_box;
     t->text_mode = text_mode;
     t->max_items = max_items;
     t->max_configs = max_configs;
@@ -1125,23 +1161,14 @@ const char successor_doc[] = (
 "would exceed max_configs, or None when the closure meets an intersection (left to\n"
 "Python).");
 
-PyObject *part_successor(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *capsule, *by_mask, *masks, *members;
-    if (!PyArg_ParseTuple(args, "OO!OO!:successor", &capsule, &PyDict_Type, &by_mask, &masks, &PyList_Type,
-                          &members)) {
-        return NULL;
-    }
-    NfaTables *t = tables_of(capsule);
-    if (t == NULL) {
-        return NULL;
-    }
-    if (t->configs == NULL) {
-        PyErr_SetString(PyExc_ValueError, "successor: the tables are not bound to an automaton");
-        return NULL;
-    }
+/* What ``successor`` returns (a new reference), NULL on error; the tables are bound. */
+static PyObject *successor_of(NfaTables *t, PyObject *by_mask, PyObject *masks, PyObject *members) {
     if (!PyList_Check(masks) && !PyTuple_Check(masks)) {
         PyErr_SetString(PyExc_TypeError, "successor: masks must be a list or a tuple");
+        return NULL;
+    }
+    if (!PyList_Check(members)) {
+        PyErr_SetString(PyExc_TypeError, "successor: members must be a list");
         return NULL;
     }
     const Py_ssize_t num_members = PyList_GET_SIZE(members);
@@ -1227,6 +1254,28 @@ PyObject *part_successor(PyObject *self, PyObject *args) {
     }
     Py_DECREF(kernel);
     return number;
+}
+
+static int check_bound(NfaTables *t, const char *function) {
+    if (t->configs == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s: the tables are not bound to an automaton", function);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *part_successor(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *by_mask, *masks, *members;
+    if (!PyArg_ParseTuple(args, "OO!OO!:successor", &capsule, &PyDict_Type, &by_mask, &masks, &PyList_Type,
+                          &members)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, "successor") < 0) {
+        return NULL;
+    }
+    return successor_of(t, by_mask, masks, members);
 }
 
 /* How a byte set meets the bytes low..high. */
@@ -1428,4 +1477,173 @@ PyObject *utf8_agrees(PyObject *self, PyObject *args) {
         return NULL;
     }
     return PyBool_FromLong(agrees);
+}
+
+#define UNKNOWN_ENTRY (-2)
+
+/* A C-contiguous array's buffer, checked for its item size and, for a table, rows of 256. */
+static int array_view(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, int writable, int table_rows) {
+    if (PyObject_GetBuffer(array, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        return -1;
+    }
+    int ok = view->itemsize == itemsize &&
+             (table_rows ? view->ndim == 2 && view->shape[1] == 256 : view->ndim == 1 && view->shape[0] == 256);
+    if (!ok) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "entry: an automaton array has an unexpected shape or type");
+        return -1;
+    }
+    return 0;
+}
+
+/* The scan of configuration ``config`` kept for its partly filled row, made (and its row
+ * reset to the partition's fresh row) if there is none. A new reference; None when the row
+ * is Python's to compute (no plain scan, or a partition not memoised yet). */
+static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, int32_t *row) {
+    PyObject *scan = PyDict_GetItemWithError(t->row_scans, config_number);
+    if (scan != NULL) {
+        Py_INCREF(scan);
+        return scan;
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *by_mask = plain_scans_of(t, PyList_GET_ITEM(t->configs, config), config);
+    if (by_mask == NULL || by_mask == Py_None) {
+        return by_mask;
+    }
+    PyObject *keys = PyDict_Keys(by_mask), *masks = NULL, *partition = NULL;
+    if (keys == NULL || PyList_Sort(keys) < 0 || (masks = PyList_AsTuple(keys)) == NULL) {
+        goto fail;
+    }
+    partition = PyDict_GetItemWithError(t->partitions, masks);
+    if (partition == NULL) {
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+        Py_DECREF(keys);
+        Py_DECREF(masks);
+        Py_DECREF(by_mask);
+        Py_RETURN_NONE;
+    }
+    if (!PyTuple_Check(partition) || PyTuple_GET_SIZE(partition) != 5) {
+        PyErr_SetString(PyExc_ValueError, "entry: a partition is not a 5-tuple");
+        goto fail;
+    }
+    Py_buffer fresh;
+    if (array_view(PyTuple_GET_ITEM(partition, 4), &fresh, 4, 0, 0) < 0) {
+        goto fail;
+    }
+    memcpy(row, fresh.buf, 256 * sizeof(int32_t));
+    PyBuffer_Release(&fresh);
+    scan = PyTuple_Pack(3, by_mask, masks, partition);
+    if (scan == NULL || PyDict_SetItem(t->row_scans, config_number, scan) < 0) {
+        Py_XDECREF(scan);
+        goto fail;
+    }
+    Py_DECREF(keys);
+    Py_DECREF(masks);
+    Py_DECREF(by_mask);
+    return scan;
+
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(masks);
+    Py_DECREF(by_mask);
+    return NULL;
+}
+
+const char entry_doc[] = (
+"entry(tables, config, byte)\n"
+"\n"
+"As ``ByteAutomaton._compute_entries(config, (byte,))`` for a row of plain scans, with\n"
+"the containers given to ``bind``: fills the successor of ``byte`` (and the rest of its\n"
+"part) and returns it, or a code as ``successor`` does; None when the entry is\n"
+"Python's to compute. The caller grows the table when the successor is past its end.");
+
+PyObject *entry(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    long config;
+    int byte;
+    if (!PyArg_ParseTuple(args, "Oli:entry", &capsule, &config, &byte)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, "entry") < 0) {
+        return NULL;
+    }
+    if (config < 0 || config >= PyList_GET_SIZE(t->configs) || byte < 0 || byte > 255) {
+        PyErr_SetString(PyExc_IndexError, "entry: no such configuration or byte");
+        return NULL;
+    }
+    Py_buffer table;
+    if (PyList_GET_SIZE(t->table_box) != 1 || array_view(PyList_GET_ITEM(t->table_box, 0), &table, 4, 1, 1) < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "entry: the table box does not hold one table");
+        }
+        return NULL;
+    }
+    PyObject *result = NULL, *config_number = NULL, *scan = NULL;
+    if (config >= table.shape[0]) {
+        PyErr_SetString(PyExc_IndexError, "entry: the table has no row for the configuration");
+        goto done;
+    }
+    int32_t *row = (int32_t *)table.buf + (Py_ssize_t)config * 256;
+    if (row[byte] != UNKNOWN_ENTRY) {
+        result = PyLong_FromLong(row[byte]);
+        goto done;
+    }
+    if ((config_number = PyLong_FromLong(config)) == NULL || (scan = row_scan(t, config_number, config, row)) == NULL) {
+        goto done;
+    }
+    if (scan == Py_None) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+    if (row[byte] != UNKNOWN_ENTRY) {  /* dead in the fresh row */
+        result = PyLong_FromLong(row[byte]);
+        goto done;
+    }
+    if (!PyTuple_Check(scan) || PyTuple_GET_SIZE(scan) != 3) {
+        PyErr_SetString(PyExc_ValueError, "entry: a row scan is not a 3-tuple");
+        goto done;
+    }
+    PyObject *partition = PyTuple_GET_ITEM(scan, 2);
+    Py_buffer part_view;
+    if (!PyTuple_Check(partition) || PyTuple_GET_SIZE(partition) != 5 ||
+        array_view(PyTuple_GET_ITEM(partition, 0), &part_view, sizeof(Py_ssize_t), 0, 0) < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "entry: a partition is not a 5-tuple");
+        }
+        goto done;
+    }
+    const Py_ssize_t *part_of_byte = (const Py_ssize_t *)part_view.buf;
+    const Py_ssize_t part = part_of_byte[byte];
+    PyObject *parts = PyTuple_GET_ITEM(partition, 2);
+    if (part < 0 || !PyList_Check(parts) || part >= PyList_GET_SIZE(parts)) {
+        /* A byte of no part is dead in the fresh row; anything else is a malformed partition. */
+        PyBuffer_Release(&part_view);
+        PyErr_SetString(PyExc_ValueError, "entry: a byte's part is not in the partition");
+        goto done;
+    }
+    result = successor_of(t, PyTuple_GET_ITEM(scan, 0), PyTuple_GET_ITEM(scan, 1), PyList_GET_ITEM(parts, part));
+    if (result != NULL && result != Py_None) {
+        long successor = PyLong_AsLong(result);
+        if (successor >= -1) {
+            for (int b = 0; b < 256; b++) {
+                if (part_of_byte[b] == part) {
+                    row[b] = (int32_t)successor;
+                }
+            }
+        }
+    }
+    PyBuffer_Release(&part_view);
+
+done:
+    PyBuffer_Release(&table);
+    Py_XDECREF(config_number);
+    Py_XDECREF(scan);
+    return result;
 }

@@ -876,6 +876,8 @@ class ByteAutomaton:
         self._byte_sets: dict[int, np.ndarray] = {}
         self._partitions: dict[tuple[int, ...], list] = {}
         self._table = np.full((64, 256), _UNKNOWN, dtype=np.int32)
+        # The native entry computation finds the current table here.
+        self._table_box = [self._table]
         # Rows are filled part by part as bytes are asked for (a trie walk asks only for
         # the bytes its nodes continue with); complete rows are listed here, and the
         # scans of partly filled ones kept until they complete.
@@ -893,7 +895,7 @@ class ByteAutomaton:
         if self._native is not None:
             native.states.bind(
                 self._native, self._closures[0], self._index, self._configs, self._accepting, self._callers,
-                text_mode, MAX_ITEMS_PER_CONFIG, MAX_CONFIGS,
+                self._scans, self._partitions, self._table_box, text_mode, MAX_ITEMS_PER_CONFIG, MAX_CONFIGS,
             )
         self.initial = self._close([(nfa.root, None, None, None)], True)
         if self.initial == DEAD:
@@ -1106,7 +1108,7 @@ class ByteAutomaton:
     def _grow_table(self) -> None:
         grown = np.full((self._table.shape[0] * 2, 256), _UNKNOWN, dtype=np.int32)
         grown[: self._table.shape[0]] = self._table
-        self._table = grown
+        self._table = self._table_box[0] = grown
 
     def _intern_info(self, items: frozenset, cid: int) -> tuple[bool, dict | None]:
         """(whether an item accepts, the rules its items call: {(rule, watch): [(return
@@ -1444,9 +1446,22 @@ class ByteAutomaton:
             return DEAD
         nxt = self._table.item(config, byte)
         if nxt == _UNKNOWN:
-            self._compute_entries(config, (byte,))
-            nxt = self._table.item(config, byte)
+            nxt = self._entry(config, byte)
         return nxt
+
+    def _entry(self, config: int, byte: int) -> int:
+        """Compute the unknown successor of ``config`` by ``byte``."""
+        if self._native is not None:
+            with self._lock:
+                nxt = native.states.entry(self._native, config, byte)
+                if nxt is not None:
+                    if nxt >= DEAD:
+                        if nxt >= self._table.shape[0]:
+                            self._grow_table()
+                        return nxt
+                    raise _too_many_items() if nxt == _NATIVE_TOO_MANY_ITEMS else _too_many_configs()
+        self._compute_entries(config, (byte,))
+        return self._table.item(config, byte)
 
     def step_bytes(self, config: int, data: bytes) -> int:
         """The configuration after ``data`` (no token boundaries in between)."""
@@ -1455,8 +1470,7 @@ class ByteAutomaton:
                 return DEAD
             nxt = self._table.item(config, b)
             if nxt == _UNKNOWN:
-                self._compute_entries(config, (b,))
-                nxt = self._table.item(config, b)
+                nxt = self._entry(config, b)
             config = nxt
         return config
 

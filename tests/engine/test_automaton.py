@@ -437,10 +437,30 @@ def test_native_state_functions_refuse_malformed_arguments():
         states.successor(tables, {1: ((0, None, None, None),)}, [1], [5])
     with pytest.raises(TypeError, match="list or a tuple"):
         states.successor(tables, {1: ((0, None, None, None),)}, {1: 1}, [0])
+    unbound = states.nfa_tables([0], [0], [-1], [True], [], [], [], "pending", [2])
     with pytest.raises(ValueError, match="not bound"):
-        states.successor(states.nfa_tables([0], [0], [-1], [True], [], [], [], "pending", [2]), {}, [], [])
+        states.successor(unbound, {}, [], [])
+    with pytest.raises(ValueError, match="not bound"):
+        states.entry(unbound, 0, 0)
+    with pytest.raises(IndexError, match="no such configuration"):
+        states.entry(tables, automaton.num_configs, 0)
+    with pytest.raises(IndexError, match="no such configuration"):
+        states.entry(tables, automaton.initial, 256)
     # The automaton still works after the refusals.
     assert automaton.step_bytes(automaton.initial, b"aab") != DEAD
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_items_outside_calls_are_shared_between_parse_states():
+    automaton = Grammar.from_ebnf("start ::= ('ab' | 'a' #'[b-c]' | 'x')+;").automaton
+    automaton.step_bytes(automaton.initial, b"abacxab")
+    by_value: dict = {}
+    for items in automaton._configs:
+        for item in items:
+            by_value.setdefault(item, set()).add(id(item))
+    assert all(item[1:] == (None, None, None) for item in by_value)
+    repeated = [ids for ids in by_value.values() if len(ids) > 1]
+    assert not repeated and sum(item in items for items in automaton._configs for item in by_value) > len(by_value)
 
 
 @pytest.mark.skipif(native.states is None, reason="the native extension is not built")
