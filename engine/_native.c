@@ -112,13 +112,64 @@ static int32_t compute_entry(PyObject *step, int32_t config, int32_t value) {
     return (int32_t)after;
 }
 
+/* What the trie walks step through: the automaton's table, its ``step`` for entries not
+ * computed yet, and its native tables, which compute most of those without Python. */
+typedef struct {
+    PyObject *automaton, *step, *tables;
+    Py_buffer table;
+    Py_ssize_t num_rows;
+} Stepper;
+
+static int stepper_open(Stepper *stepper, PyObject *automaton) {
+    stepper->automaton = automaton;
+    if (refresh_table(automaton, &stepper->table) < 0 ||
+        (stepper->step = PyObject_GetAttrString(automaton, "step")) == NULL) {
+        return -1;
+    }
+    stepper->num_rows = stepper->table.len / ROW_BYTES;
+    stepper->tables = PyObject_GetAttrString(automaton, "_native");
+    if (stepper->tables == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();  /* an automaton without native tables: Python computes every entry */
+    }
+    return 0;
+}
+
+/* The successor of ``config`` by ``value``, not in the table yet; UNKNOWN with an exception
+ * set on failure. ``stepper->table`` may be a new (grown) table afterwards. */
+static int32_t stepper_entry(Stepper *stepper, int32_t config, int32_t value) {
+    if (stepper->tables != NULL && stepper->tables != Py_None) {
+        int32_t after = native_entry(stepper->tables, config, value, stepper->num_rows);
+        if (after != NATIVE_ENTRY_ASK_PYTHON) {
+            return after;
+        }
+    }
+    int32_t after = compute_entry(stepper->step, config, value);
+    if (after == UNKNOWN || refresh_table(stepper->automaton, &stepper->table) < 0) {
+        return UNKNOWN;
+    }
+    stepper->num_rows = stepper->table.len / ROW_BYTES;
+    return after;
+}
+
+static void stepper_close(Stepper *stepper) {
+    Py_XDECREF(stepper->step);
+    Py_XDECREF(stepper->tables);
+    if (stepper->table.obj != NULL) {
+        PyBuffer_Release(&stepper->table);
+    }
+}
+
 PyDoc_STRVAR(walk_doc,
 "walk(automaton, child_start, child_end, node_byte, token_start, token_ids, start_nodes, start_configs,\n"
 "     out_ids, out_ends)\n"
 "\n"
 "Walk the token trie level by level below each (start node, start configuration),\n"
 "stepping ``automaton.transition_table`` (int32 rows of 256: -1 dead, -2 not computed,\n"
-"then asked of ``automaton.step``). The trie arrays are int32 except ``node_byte``\n"
+"then computed through the automaton's native tables ``_native`` where they can, else\n"
+"asked of ``automaton.step``). The trie arrays are int32 except ``node_byte``\n"
 "(uint8). Tokens at the start nodes themselves are not reported. The token ids reached\n"
 "and the configuration after each are written to the writable int32 buffers ``out_ids``\n"
 "and ``out_ends``; returns how many (OverflowError when they hold too few).");
@@ -133,10 +184,11 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                           &out_ends)) {
         return NULL;
     }
-    Py_buffer table = {0}, child_start_view = {0}, child_end_view = {0}, node_byte_view = {0};
+    Stepper stepper = {0};
+    Py_buffer child_start_view = {0}, child_end_view = {0}, node_byte_view = {0};
     Py_buffer token_start_view = {0}, token_ids_view = {0}, start_nodes_view = {0}, start_configs_view = {0};
     IntList frontier_nodes = {0}, frontier_configs = {0}, next_nodes = {0}, next_configs = {0};
-    PyObject *step = NULL, *result = NULL;
+    PyObject *result = NULL;
 
     if (get_int32_buffer(child_start_obj, &child_start_view, "child_start") < 0 ||
         get_int32_buffer(child_end_obj, &child_end_view, "child_end") < 0 ||
@@ -145,11 +197,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         get_int32_buffer(token_ids_obj, &token_ids_view, "token_ids") < 0 ||
         get_int32_buffer(start_nodes_obj, &start_nodes_view, "start_nodes") < 0 ||
         get_int32_buffer(start_configs_obj, &start_configs_view, "start_configs") < 0 ||
-        refresh_table(automaton, &table) < 0) {
-        goto done;
-    }
-    step = PyObject_GetAttrString(automaton, "step");
-    if (step == NULL) {
+        stepper_open(&stepper, automaton) < 0) {
         goto done;
     }
     const int32_t *child_start = (const int32_t *)child_start_view.buf;
@@ -171,12 +219,12 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     }
     const int32_t *start_nodes = (const int32_t *)start_nodes_view.buf;
     const int32_t *start_configs = (const int32_t *)start_configs_view.buf;
-    Py_ssize_t num_rows = table.len / ROW_BYTES;
     if (int_list_reserve(&frontier_nodes, num_starts + 1) < 0 || int_list_reserve(&frontier_configs, num_starts + 1) < 0) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < num_starts; i++) {
-        if (start_nodes[i] < 0 || start_nodes[i] >= num_nodes || start_configs[i] < 0 || start_configs[i] >= num_rows) {
+        if (start_nodes[i] < 0 || start_nodes[i] >= num_nodes || start_configs[i] < 0 ||
+            start_configs[i] >= stepper.num_rows) {
             PyErr_SetString(PyExc_ValueError, "walk: start node or configuration out of range");
             goto done;
         }
@@ -195,7 +243,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < frontier_nodes.size; i++) {
             const int32_t node = frontier_nodes.data[i];
             const int32_t config = frontier_configs.data[i];
-            const int32_t *row = (const int32_t *)table.buf + (Py_ssize_t)config * ROW_WIDTH;
+            const int32_t *row = (const int32_t *)stepper.table.buf + (Py_ssize_t)config * ROW_WIDTH;
             const int32_t children_end = child_end[node];
             if (MAKE_ROOM(next_nodes, children_end - child_start[node]) < 0 ||
                 MAKE_ROOM(next_configs, children_end - child_start[node]) < 0) {
@@ -205,17 +253,16 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                 const uint8_t value = node_byte[child];
                 int32_t after = row[value];
                 if (after == UNKNOWN) {
-                    after = compute_entry(step, config, value);
-                    if (after == UNKNOWN || refresh_table(automaton, &table) < 0) {
+                    after = stepper_entry(&stepper, config, value);
+                    if (after == UNKNOWN) {
                         goto done;
                     }
-                    num_rows = table.len / ROW_BYTES;
-                    row = (const int32_t *)table.buf + (Py_ssize_t)config * ROW_WIDTH;
+                    row = (const int32_t *)stepper.table.buf + (Py_ssize_t)config * ROW_WIDTH;
                 }
                 if (after == DEAD) {
                     continue;
                 }
-                if ((uint32_t)after >= (uint32_t)num_rows) {
+                if ((uint32_t)after >= (uint32_t)stepper.num_rows) {
                     PyErr_SetString(PyExc_ValueError, "walk: transition table holds an out-of-range configuration");
                     goto done;
                 }
@@ -250,8 +297,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     result = PyLong_FromSsize_t(found);
 
 done:
-    Py_XDECREF(step);
-    Py_buffer *views[] = {&table, &child_start_view, &child_end_view, &node_byte_view,
+    stepper_close(&stepper);
+    Py_buffer *views[] = {&child_start_view, &child_end_view, &node_byte_view,
                           &token_start_view, &token_ids_view, &start_nodes_view, &start_configs_view,
                           &out_ids, &out_ends};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
@@ -281,11 +328,12 @@ static PyObject *run_tails(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOw*:run_tails", &automaton, &starts_obj, &tails_obj, &lengths_obj, &out)) {
         return NULL;
     }
-    Py_buffer table = {0}, starts_view = {0}, tails_view = {0}, lengths_view = {0};
-    PyObject *step = NULL, *result = NULL;
+    Stepper stepper = {0};
+    Py_buffer starts_view = {0}, tails_view = {0}, lengths_view = {0};
+    PyObject *result = NULL;
     if (get_int32_buffer(starts_obj, &starts_view, "starts") < 0 ||
         PyObject_GetBuffer(tails_obj, &tails_view, PyBUF_SIMPLE) < 0 ||
-        get_int32_buffer(lengths_obj, &lengths_view, "lengths") < 0 || refresh_table(automaton, &table) < 0) {
+        get_int32_buffer(lengths_obj, &lengths_view, "lengths") < 0 || stepper_open(&stepper, automaton) < 0) {
         goto done;
     }
     const Py_ssize_t count = starts_view.len / (Py_ssize_t)sizeof(int32_t);
@@ -293,14 +341,9 @@ static PyObject *run_tails(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "run_tails: arrays of inconsistent lengths");
         goto done;
     }
-    step = PyObject_GetAttrString(automaton, "step");
-    if (step == NULL) {
-        goto done;
-    }
     const int32_t *starts = (const int32_t *)starts_view.buf, *lengths = (const int32_t *)lengths_view.buf;
     const uint8_t *tails = (const uint8_t *)tails_view.buf;
     int32_t *ends = (int32_t *)out.buf;
-    Py_ssize_t num_rows = table.len / ROW_BYTES;
     for (Py_ssize_t i = 0; i < count; i++) {
         int32_t config = starts[i];
         if (lengths[i] < 0 || lengths[i] > 4) {
@@ -308,18 +351,14 @@ static PyObject *run_tails(PyObject *self, PyObject *args) {
             goto done;
         }
         for (int32_t position = 0; position < lengths[i] && config != DEAD; position++) {
-            if (config < 0 || config >= num_rows) {
+            if (config < 0 || config >= stepper.num_rows) {
                 PyErr_SetString(PyExc_ValueError, "run_tails: configuration out of range");
                 goto done;
             }
             const uint8_t value = tails[i * 4 + position];
-            int32_t after = ((const int32_t *)table.buf)[(Py_ssize_t)config * ROW_WIDTH + value];
-            if (after == UNKNOWN) {
-                after = compute_entry(step, config, value);
-                if (after == UNKNOWN || refresh_table(automaton, &table) < 0) {
-                    goto done;
-                }
-                num_rows = table.len / ROW_BYTES;
+            int32_t after = ((const int32_t *)stepper.table.buf)[(Py_ssize_t)config * ROW_WIDTH + value];
+            if (after == UNKNOWN && (after = stepper_entry(&stepper, config, value)) == UNKNOWN) {
+                goto done;
             }
             config = after;
         }
@@ -329,8 +368,8 @@ static PyObject *run_tails(PyObject *self, PyObject *args) {
     result = Py_None;
 
 done:
-    Py_XDECREF(step);
-    Py_buffer *views[] = {&table, &starts_view, &tails_view, &lengths_view, &out};
+    stepper_close(&stepper);
+    Py_buffer *views[] = {&starts_view, &tails_view, &lengths_view, &out};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
         if (views[i]->obj != NULL) {
             PyBuffer_Release(views[i]);
@@ -393,6 +432,7 @@ static PyMethodDef native_methods[] = {
     {"successor", part_successor, METH_VARARGS, successor_doc},
     {"utf8_agrees", utf8_agrees, METH_VARARGS, utf8_agrees_doc},
     {"entry", entry, METH_VARARGS, entry_doc},
+    {"fill_row", fill_row, METH_VARARGS, fill_row_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -63,7 +63,7 @@ typedef struct {
     PyObject *closures_inside, *index, *configs, *accepting, *callers;
     /* For ``entry``: scans of partly filled rows ({config: (by_mask, masks, partition)}),
      * partitions by masks, and a one-element list holding the current successor table. */
-    PyObject *row_scans, *partitions, *table_box;
+    PyObject *row_scans, *partitions, *table_box, *lock;
     int text_mode;
     Py_ssize_t max_items, max_configs;
 } NfaTables;
@@ -94,7 +94,7 @@ static void tables_free(NfaTables *t) {
     Py_XDECREF(t->mask_ids);
     Py_XDECREF(t->closures_inside); Py_XDECREF(t->index); Py_XDECREF(t->configs);
     Py_XDECREF(t->accepting); Py_XDECREF(t->callers);
-    Py_XDECREF(t->row_scans); Py_XDECREF(t->partitions); Py_XDECREF(t->table_box);
+    Py_XDECREF(t->row_scans); Py_XDECREF(t->partitions); Py_XDECREF(t->table_box); Py_XDECREF(t->lock);
     free(t->mask_id);
     free(t->mask_bits);
     free(t);
@@ -1063,23 +1063,23 @@ PyObject *intern_info(PyObject *self, PyObject *args) {
 
 const char bind_doc[] = (
 "bind(tables, closures, index, configs, accepting, callers, scans, partitions, table_box,\n"
-"     text_mode, max_items, max_configs)\n"
+"     lock, text_mode, max_items, max_configs)\n"
 "\n"
 "Binds an automaton's containers to its tables for ``successor`` and ``entry``: the\n"
 "closures of kernels inside a token ({kernel: config}), the index of configurations\n"
 "({items: config}), the per-configuration lists of items, acceptance and callers\n"
-"tables, the scans of partly filled rows, the partitions by byte sets, and a list\n"
-"whose one element is the successor table.");
+"tables, the scans of partly filled rows, the partitions by byte sets, a list whose\n"
+"one element is the successor table, and the lock that building configurations holds.");
 
 PyObject *bind_containers(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *capsule, *closures, *index, *configs, *accepting, *callers, *scans, *partitions, *table_box;
+    PyObject *capsule, *closures, *index, *configs, *accepting, *callers, *scans, *partitions, *table_box, *lock;
     int text_mode;
     Py_ssize_t max_items, max_configs;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O!O!pnn:bind", &capsule, &PyDict_Type, &closures, &PyDict_Type, &index,
-                          &PyList_Type, &configs, &PyList_Type, &accepting, &PyList_Type, &callers, &PyDict_Type,
-                          &scans, &PyDict_Type, &partitions, &PyList_Type, &table_box, &text_mode, &max_items,
-                          &max_configs)) {
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O!O!Opnn:bind", &capsule, &PyDict_Type, &closures, &PyDict_Type,
+                          &index, &PyList_Type, &configs, &PyList_Type, &accepting, &PyList_Type, &callers,
+                          &PyDict_Type, &scans, &PyDict_Type, &partitions, &PyList_Type, &table_box, &lock,
+                          &text_mode, &max_items, &max_configs)) {
         return NULL;
     }
     NfaTables *t = tables_of(capsule);
@@ -1087,8 +1087,8 @@ PyObject *bind_containers(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *old[] = {t->closures_inside, t->index, t->configs, t->accepting, t->callers, t->row_scans, t->partitions,
-                       t->table_box};
-    PyObject *fresh[] = {closures, index, configs, accepting, callers, scans, partitions, table_box};
+                       t->table_box, t->lock};
+    PyObject *fresh[] = {closures, index, configs, accepting, callers, scans, partitions, table_box, lock};
     for (size_t i = 0; i < sizeof(fresh) / sizeof(fresh[0]); i++) {
         Py_INCREF(fresh[i]);
     }
@@ -1100,6 +1100,7 @@ PyObject *bind_containers(PyObject *self, PyObject *args) {
     t->row_scans = scans;
     t->partitions = partitions;
     t->table_box = table_box;
+    t->lock = lock;
     t->text_mode = text_mode;
     t->max_items = max_items;
     t->max_configs = max_configs;
@@ -1490,10 +1491,19 @@ static int array_view(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, int
              (table_rows ? view->ndim == 2 && view->shape[1] == 256 : view->ndim == 1 && view->shape[0] == 256);
     if (!ok) {
         PyBuffer_Release(view);
-        PyErr_SetString(PyExc_ValueError, "entry: an automaton array has an unexpected shape or type");
+        PyErr_SetString(PyExc_ValueError, "an automaton array has an unexpected shape or type");
         return -1;
     }
     return 0;
+}
+
+/* The successor table's rows, as a writable view; -1 on error. */
+static int table_view(NfaTables *t, Py_buffer *table) {
+    if (PyList_GET_SIZE(t->table_box) != 1) {
+        PyErr_SetString(PyExc_ValueError, "the table box does not hold one table");
+        return -1;
+    }
+    return array_view(PyList_GET_ITEM(t->table_box, 0), table, 4, 1, 1);
 }
 
 /* The scan of configuration ``config`` kept for its partly filled row, made (and its row
@@ -1561,27 +1571,14 @@ const char entry_doc[] = (
 "part) and returns it, or a code as ``successor`` does; None when the entry is\n"
 "Python's to compute. The caller grows the table when the successor is past its end.");
 
-PyObject *entry(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *capsule;
-    long config;
-    int byte;
-    if (!PyArg_ParseTuple(args, "Oli:entry", &capsule, &config, &byte)) {
-        return NULL;
-    }
-    NfaTables *t = tables_of(capsule);
-    if (t == NULL || check_bound(t, "entry") < 0) {
-        return NULL;
-    }
+/* ``entry`` on bound tables, with the automaton's lock held. */
+static PyObject *entry_locked(NfaTables *t, long config, int byte) {
     if (config < 0 || config >= PyList_GET_SIZE(t->configs) || byte < 0 || byte > 255) {
         PyErr_SetString(PyExc_IndexError, "entry: no such configuration or byte");
         return NULL;
     }
     Py_buffer table;
-    if (PyList_GET_SIZE(t->table_box) != 1 || array_view(PyList_GET_ITEM(t->table_box, 0), &table, 4, 1, 1) < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError, "entry: the table box does not hold one table");
-        }
+    if (table_view(t, &table) < 0) {
         return NULL;
     }
     PyObject *result = NULL, *config_number = NULL, *scan = NULL;
@@ -1646,4 +1643,160 @@ done:
     Py_XDECREF(config_number);
     Py_XDECREF(scan);
     return result;
+}
+
+/* Fill every entry of a plain-scan row not filled yet (``ByteAutomaton._compute_row_locked``):
+ * True, or None when Python must finish the row (no plain scan, a partition not memoised,
+ * a closure meeting an intersection, no spare table row for a new configuration, or a
+ * limit exceeded, which Python raises). */
+static PyObject *fill_row_locked(NfaTables *t, long config, int byte_unused) {
+    (void)byte_unused;
+    if (config < 0 || config >= PyList_GET_SIZE(t->configs)) {
+        PyErr_SetString(PyExc_IndexError, "fill_row: no such configuration");
+        return NULL;
+    }
+    Py_buffer table, part_view = {0};
+    if (table_view(t, &table) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL, *config_number = NULL, *scan = NULL;
+    if (config >= table.shape[0]) {
+        PyErr_SetString(PyExc_IndexError, "fill_row: the table has no row for the configuration");
+        goto done;
+    }
+    int32_t *row = (int32_t *)table.buf + (Py_ssize_t)config * 256;
+    if ((config_number = PyLong_FromLong(config)) == NULL || (scan = row_scan(t, config_number, config, row)) == NULL) {
+        goto done;
+    }
+    if (scan == Py_None) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+    PyObject *partition = PyTuple_GET_ITEM(scan, 2), *parts = PyTuple_GET_ITEM(partition, 2);
+    if (array_view(PyTuple_GET_ITEM(partition, 0), &part_view, sizeof(Py_ssize_t), 0, 0) < 0) {
+        goto done;
+    }
+    const Py_ssize_t *part_of_byte = (const Py_ssize_t *)part_view.buf;
+    for (int first = 0; first < 256; first++) {
+        const Py_ssize_t part = part_of_byte[first];
+        if (part < 0 || row[first] != UNKNOWN_ENTRY) {
+            continue;  /* dead, or its part is filled */
+        }
+        if (!PyList_Check(parts) || part >= PyList_GET_SIZE(parts)) {
+            PyErr_SetString(PyExc_ValueError, "fill_row: a byte's part is not in the partition");
+            goto done;
+        }
+        if (PyList_GET_SIZE(t->configs) >= table.shape[0]) {
+            Py_INCREF(Py_None);
+            result = Py_None;
+            goto done;
+        }
+        PyObject *found = successor_of(t, PyTuple_GET_ITEM(scan, 0), PyTuple_GET_ITEM(scan, 1),
+                                       PyList_GET_ITEM(parts, part));
+        long successor = found == NULL || found == Py_None ? -3 : PyLong_AsLong(found);
+        if (found == NULL || successor < -1) {
+            if (found != NULL) {
+                Py_DECREF(found);
+                Py_INCREF(Py_None);
+                result = Py_None;
+            }
+            goto done;
+        }
+        Py_DECREF(found);
+        for (int b = first; b < 256; b++) {
+            if (part_of_byte[b] == part) {
+                row[b] = (int32_t)successor;
+            }
+        }
+    }
+    Py_INCREF(Py_True);
+    result = Py_True;
+
+done:
+    if (part_view.obj != NULL) {
+        PyBuffer_Release(&part_view);
+    }
+    PyBuffer_Release(&table);
+    Py_XDECREF(config_number);
+    Py_XDECREF(scan);
+    return result;
+}
+
+/* ``build`` under the automaton's lock: configurations are built by one thread at a time,
+ * whether here or in Python. */
+static PyObject *locked(NfaTables *t, PyObject *(*build)(NfaTables *, long, int), long config, int byte) {
+    PyObject *acquired = PyObject_CallMethod(t->lock, "acquire", NULL);
+    if (acquired == NULL) {
+        return NULL;
+    }
+    Py_DECREF(acquired);
+    PyObject *result = build(t, config, byte);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *released = PyObject_CallMethod(t->lock, "release", NULL);
+    if (released == NULL) {
+        Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(traceback);
+        Py_XDECREF(result);
+        return NULL;
+    }
+    Py_DECREF(released);
+    PyErr_Restore(type, value, traceback);
+    return result;
+}
+
+PyObject *entry(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    long config;
+    int byte;
+    if (!PyArg_ParseTuple(args, "Oli:entry", &capsule, &config, &byte)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, "entry") < 0) {
+        return NULL;
+    }
+    return locked(t, entry_locked, config, byte);
+}
+
+const char fill_row_doc[] = (
+"fill_row(tables, config)\n"
+"\n"
+"Fills every entry of configuration ``config``'s row not filled yet, as\n"
+"``ByteAutomaton._compute_row_locked`` for a row of plain scans, with the containers\n"
+"given to ``bind``: True, or None when Python must finish the row.");
+
+PyObject *fill_row(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    long config;
+    if (!PyArg_ParseTuple(args, "Ol:fill_row", &capsule, &config)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, "fill_row") < 0) {
+        return NULL;
+    }
+    return locked(t, fill_row_locked, config, 0);
+}
+
+int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows) {
+    if (!PyCapsule_IsValid(tables, CAPSULE_NAME)) {
+        return NATIVE_ENTRY_ASK_PYTHON;
+    }
+    NfaTables *t = tables_of(tables);
+    /* A new configuration must find its row: with none spare, Python grows the table. */
+    if (t == NULL || t->configs == NULL || PyList_GET_SIZE(t->configs) >= num_rows) {
+        return NATIVE_ENTRY_ASK_PYTHON;
+    }
+    PyObject *found = locked(t, entry_locked, config, value);
+    if (found == NULL) {
+        PyErr_Clear();  /* Python computes the entry again and raises what it raises */
+        return NATIVE_ENTRY_ASK_PYTHON;
+    }
+    long after = found == Py_None ? NATIVE_ENTRY_ASK_PYTHON : PyLong_AsLong(found);
+    Py_DECREF(found);
+    /* Past a limit, Python computes the entry again and raises the grammar error. */
+    return after < -1 || after >= num_rows ? NATIVE_ENTRY_ASK_PYTHON : (int32_t)after;
 }

@@ -895,7 +895,8 @@ class ByteAutomaton:
         if self._native is not None:
             native.states.bind(
                 self._native, self._closures[0], self._index, self._configs, self._accepting, self._callers,
-                self._scans, self._partitions, self._table_box, text_mode, MAX_ITEMS_PER_CONFIG, MAX_CONFIGS,
+                self._scans, self._partitions, self._table_box, self._lock, text_mode, MAX_ITEMS_PER_CONFIG,
+                MAX_CONFIGS,
             )
         self.initial = self._close([(nfa.root, None, None, None)], True)
         if self.initial == DEAD:
@@ -1170,6 +1171,8 @@ class ByteAutomaton:
         return self._close(kernel, False)
 
     def _compute_row_locked(self, cid: int) -> None:
+        if self._native is not None and native.states.fill_row(self._native, cid):
+            return
         scan = self._scan(cid)
         if scan is None:
             self._compute_row_by_class(cid)
@@ -1452,14 +1455,15 @@ class ByteAutomaton:
     def _entry(self, config: int, byte: int) -> int:
         """Compute the unknown successor of ``config`` by ``byte``."""
         if self._native is not None:
-            with self._lock:
-                nxt = native.states.entry(self._native, config, byte)
-                if nxt is not None:
-                    if nxt >= DEAD:
-                        if nxt >= self._table.shape[0]:
-                            self._grow_table()
-                        return nxt
-                    raise _too_many_items() if nxt == _NATIVE_TOO_MANY_ITEMS else _too_many_configs()
+            nxt = native.states.entry(self._native, config, byte)  # holds the lock itself
+            if nxt is not None:
+                if nxt >= DEAD:
+                    if nxt >= self._table.shape[0]:
+                        with self._lock:
+                            if nxt >= self._table.shape[0]:
+                                self._grow_table()
+                    return nxt
+                raise _too_many_items() if nxt == _NATIVE_TOO_MANY_ITEMS else _too_many_configs()
         self._compute_entries(config, (byte,))
         return self._table.item(config, byte)
 

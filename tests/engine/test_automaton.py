@@ -446,6 +446,10 @@ def test_native_state_functions_refuse_malformed_arguments():
         states.entry(tables, automaton.num_configs, 0)
     with pytest.raises(IndexError, match="no such configuration"):
         states.entry(tables, automaton.initial, 256)
+    with pytest.raises(ValueError, match="not bound"):
+        states.fill_row(unbound, 0)
+    with pytest.raises(IndexError, match="no such configuration"):
+        states.fill_row(tables, -1)
     # The automaton still works after the refusals.
     assert automaton.step_bytes(automaton.initial, b"aab") != DEAD
 
