@@ -490,3 +490,41 @@ def test_native_parse_states_leave_the_garbage_collector_only_when_they_cannot_h
     keeps = native.states.frozen([holder, 3])
     holder.back = keeps
     assert gc.is_tracked(keeps)
+
+
+def test_threads_building_one_automaton_agree_with_one_thread():
+    import sys
+    import threading
+
+    rules = Grammar.from_ebnf(
+        "start ::= v; v ::= '[' (v (',' v)*)? ']' | '{' (k ':' v (',' k ':' v)*)? '}' | #'[a-z]{1,3}' | #'[0-9]+';"
+        "k ::= '\"' #'[a-z]*' '\"';"
+    ).rules
+    documents = [b'[a,{"x":[1,2]},bc]', b'{"k":{"j":[[]]},"i":77}', b"[[[[zz]]],[0,[q]]]", b'{"":[a,{}]}'] * 3
+    nfa = build_nfa(dict(rules), "start")
+    alone = ByteAutomaton(nfa)
+    expected = [(alone.is_accepting(c), alone._configs[c]) for c in (alone.step_bytes(alone.initial, d) for d in documents)]
+    shared = ByteAutomaton(nfa)
+    results: dict[int, list] = {}
+
+    def run(number: int) -> None:
+        order = documents[number:] + documents[:number]
+        found = [(shared.is_accepting(c), shared._configs[c]) for c in (shared.step_bytes(shared.initial, d) for d in order)]
+        results[number] = found[len(documents) - number:] + found[: len(documents) - number]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=run, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert all(accepting for accepting, _items in expected)
+    # Items name configurations by number, which differ between builds: compare acceptance
+    # and item counts, and that every configuration of the shared automaton is interned once.
+    for number in range(4):
+        assert [(a, len(items)) for a, items in results[number]] == [(a, len(items)) for a, items in expected]
+    assert len(shared._index) == shared.num_configs == len(set(map(id, shared._configs)))
