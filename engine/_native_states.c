@@ -1086,27 +1086,18 @@ PyObject *bind_containers(PyObject *self, PyObject *args) {
     if (t == NULL) {
         return NULL;
     }
-    PyObject *old[] = {t->closures_inside, t->index, t->configs, t->accepting, t->callers, t->row_scans, t->partitions,
-                       t->table_box, t->lock};
+    PyObject **slots[] = {&t->closures_inside, &t->index, &t->configs, &t->accepting, &t->callers, &t->row_scans,
+                          &t->partitions, &t->table_box, &t->lock};
     PyObject *fresh[] = {closures, index, configs, accepting, callers, scans, partitions, table_box, lock};
     for (size_t i = 0; i < sizeof(fresh) / sizeof(fresh[0]); i++) {
+        PyObject *old = *slots[i];
         Py_INCREF(fresh[i]);
+        *slots[i] = fresh[i];
+        Py_XDECREF(old);
     }
-    t->closures_inside = closures;
-    t->index = index;
-    t->configs = configs;
-    t->accepting = accepting;
-    t->callers = callers;
-    t->row_scans = scans;
-    t->partitions = partitions;
-    t->table_box = table_box;
-    t->lock = lock;
     t->text_mode = text_mode;
     t->max_items = max_items;
     t->max_configs = max_configs;
-    for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++) {
-        Py_XDECREF(old[i]);
-    }
     Py_RETURN_NONE;
 }
 
@@ -1571,77 +1562,116 @@ const char entry_doc[] = (
 "part) and returns it, or a code as ``successor`` does; None when the entry is\n"
 "Python's to compute. The caller grows the table when the successor is past its end.");
 
-/* ``entry`` on bound tables, with the automaton's lock held. */
-static PyObject *entry_locked(NfaTables *t, long config, int byte) {
-    if (config < 0 || config >= PyList_GET_SIZE(t->configs) || byte < 0 || byte > 255) {
-        PyErr_SetString(PyExc_IndexError, "entry: no such configuration or byte");
+/* A row being filled: a writable view of the table, the row, and once its scan is known,
+ * each byte's part (a view of the partition's array) and the parts' byte-set indices. */
+typedef struct {
+    Py_buffer table, part_view;
+    int32_t *row;
+    PyObject *scan, *parts;
+    const Py_ssize_t *part_of_byte;
+} RowWork;
+
+enum { ROW_ERROR = -1, ROW_READY, ROW_KNOWN, ROW_PYTHON };
+
+/* Open the row of ``config``: ROW_KNOWN when ``byte`` (if not negative) is filled already,
+ * ROW_PYTHON when Python computes the row, ROW_READY with its scan; ROW_ERROR with an
+ * exception set. ``close_row`` releases what it holds in every case. */
+static int open_row(NfaTables *t, long config, int byte, const char *function, RowWork *work) {
+    memset(work, 0, sizeof(*work));
+    if (config < 0 || config >= PyList_GET_SIZE(t->configs) || byte > 255) {
+        PyErr_Format(PyExc_IndexError, "%s: no such configuration or byte", function);
+        return ROW_ERROR;
+    }
+    if (table_view(t, &work->table) < 0) {
+        return ROW_ERROR;
+    }
+    if (config >= work->table.shape[0]) {
+        PyErr_Format(PyExc_IndexError, "%s: the table has no row for the configuration", function);
+        return ROW_ERROR;
+    }
+    work->row = (int32_t *)work->table.buf + (Py_ssize_t)config * 256;
+    if (byte >= 0 && work->row[byte] != UNKNOWN_ENTRY) {
+        return ROW_KNOWN;
+    }
+    PyObject *config_number = PyLong_FromLong(config);
+    if (config_number == NULL) {
+        return ROW_ERROR;
+    }
+    work->scan = row_scan(t, config_number, config, work->row);
+    Py_DECREF(config_number);
+    if (work->scan == NULL) {
+        return ROW_ERROR;
+    }
+    if (work->scan == Py_None) {
+        return ROW_PYTHON;
+    }
+    PyObject *partition = PyTuple_Check(work->scan) && PyTuple_GET_SIZE(work->scan) == 3
+                              ? PyTuple_GET_ITEM(work->scan, 2) : NULL;
+    if (partition == NULL || !PyTuple_Check(partition) || PyTuple_GET_SIZE(partition) != 5 ||
+        !PyList_Check(PyTuple_GET_ITEM(partition, 2))) {
+        PyErr_Format(PyExc_ValueError, "%s: a row scan is not (by_mask, masks, partition)", function);
+        return ROW_ERROR;
+    }
+    if (array_view(PyTuple_GET_ITEM(partition, 0), &work->part_view, sizeof(Py_ssize_t), 0, 0) < 0) {
+        return ROW_ERROR;
+    }
+    work->part_of_byte = (const Py_ssize_t *)work->part_view.buf;
+    work->parts = PyTuple_GET_ITEM(partition, 2);
+    return ROW_READY;
+}
+
+static void close_row(RowWork *work) {
+    if (work->part_view.obj != NULL) {
+        PyBuffer_Release(&work->part_view);
+    }
+    if (work->table.obj != NULL) {
+        PyBuffer_Release(&work->table);
+    }
+    Py_XDECREF(work->scan);
+}
+
+/* The successor of a part of an open row, written to the part's bytes when it is one:
+ * what ``successor`` returns. */
+static PyObject *fill_part(NfaTables *t, RowWork *work, Py_ssize_t part) {
+    if (part >= PyList_GET_SIZE(work->parts)) {
+        PyErr_SetString(PyExc_ValueError, "a byte's part is not in the partition");
         return NULL;
     }
-    Py_buffer table;
-    if (table_view(t, &table) < 0) {
-        return NULL;
+    PyObject *found = successor_of(t, PyTuple_GET_ITEM(work->scan, 0), PyTuple_GET_ITEM(work->scan, 1),
+                                   PyList_GET_ITEM(work->parts, part));
+    if (found == NULL || found == Py_None) {
+        return found;
     }
-    PyObject *result = NULL, *config_number = NULL, *scan = NULL;
-    if (config >= table.shape[0]) {
-        PyErr_SetString(PyExc_IndexError, "entry: the table has no row for the configuration");
-        goto done;
-    }
-    int32_t *row = (int32_t *)table.buf + (Py_ssize_t)config * 256;
-    if (row[byte] != UNKNOWN_ENTRY) {
-        result = PyLong_FromLong(row[byte]);
-        goto done;
-    }
-    if ((config_number = PyLong_FromLong(config)) == NULL || (scan = row_scan(t, config_number, config, row)) == NULL) {
-        goto done;
-    }
-    if (scan == Py_None) {
-        Py_INCREF(Py_None);
-        result = Py_None;
-        goto done;
-    }
-    if (row[byte] != UNKNOWN_ENTRY) {  /* dead in the fresh row */
-        result = PyLong_FromLong(row[byte]);
-        goto done;
-    }
-    if (!PyTuple_Check(scan) || PyTuple_GET_SIZE(scan) != 3) {
-        PyErr_SetString(PyExc_ValueError, "entry: a row scan is not a 3-tuple");
-        goto done;
-    }
-    PyObject *partition = PyTuple_GET_ITEM(scan, 2);
-    Py_buffer part_view;
-    if (!PyTuple_Check(partition) || PyTuple_GET_SIZE(partition) != 5 ||
-        array_view(PyTuple_GET_ITEM(partition, 0), &part_view, sizeof(Py_ssize_t), 0, 0) < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError, "entry: a partition is not a 5-tuple");
-        }
-        goto done;
-    }
-    const Py_ssize_t *part_of_byte = (const Py_ssize_t *)part_view.buf;
-    const Py_ssize_t part = part_of_byte[byte];
-    PyObject *parts = PyTuple_GET_ITEM(partition, 2);
-    if (part < 0 || !PyList_Check(parts) || part >= PyList_GET_SIZE(parts)) {
-        /* A byte of no part is dead in the fresh row; anything else is a malformed partition. */
-        PyBuffer_Release(&part_view);
-        PyErr_SetString(PyExc_ValueError, "entry: a byte's part is not in the partition");
-        goto done;
-    }
-    result = successor_of(t, PyTuple_GET_ITEM(scan, 0), PyTuple_GET_ITEM(scan, 1), PyList_GET_ITEM(parts, part));
-    if (result != NULL && result != Py_None) {
-        long successor = PyLong_AsLong(result);
-        if (successor >= -1) {
-            for (int b = 0; b < 256; b++) {
-                if (part_of_byte[b] == part) {
-                    row[b] = (int32_t)successor;
-                }
+    const long successor = PyLong_AsLong(found);
+    if (successor >= -1) {
+        for (int b = 0; b < 256; b++) {
+            if (work->part_of_byte[b] == part) {
+                work->row[b] = (int32_t)successor;
             }
         }
     }
-    PyBuffer_Release(&part_view);
+    return found;
+}
 
-done:
-    PyBuffer_Release(&table);
-    Py_XDECREF(config_number);
-    Py_XDECREF(scan);
+/* ``entry`` on bound tables (``byte`` in 0..255), with the automaton's lock held. */
+static PyObject *entry_locked(NfaTables *t, long config, int byte) {
+    RowWork work;
+    PyObject *result = NULL;
+    switch (open_row(t, config, byte, "entry", &work)) {
+    case ROW_KNOWN:
+        result = PyLong_FromLong(work.row[byte]);
+        break;
+    case ROW_PYTHON:
+        Py_INCREF(Py_None);
+        result = Py_None;
+        break;
+    case ROW_READY:
+        /* A byte of no part is dead in the fresh row. */
+        result = work.part_of_byte[byte] < 0 ? PyLong_FromLong(work.row[byte])
+                                             : fill_part(t, &work, work.part_of_byte[byte]);
+        break;
+    }
+    close_row(&work);
     return result;
 }
 
@@ -1651,75 +1681,26 @@ done:
  * limit exceeded, which Python raises). */
 static PyObject *fill_row_locked(NfaTables *t, long config, int byte_unused) {
     (void)byte_unused;
-    if (config < 0 || config >= PyList_GET_SIZE(t->configs)) {
-        PyErr_SetString(PyExc_IndexError, "fill_row: no such configuration");
-        return NULL;
-    }
-    Py_buffer table, part_view = {0};
-    if (table_view(t, &table) < 0) {
-        return NULL;
-    }
-    PyObject *result = NULL, *config_number = NULL, *scan = NULL;
-    if (config >= table.shape[0]) {
-        PyErr_SetString(PyExc_IndexError, "fill_row: the table has no row for the configuration");
-        goto done;
-    }
-    int32_t *row = (int32_t *)table.buf + (Py_ssize_t)config * 256;
-    if ((config_number = PyLong_FromLong(config)) == NULL || (scan = row_scan(t, config_number, config, row)) == NULL) {
-        goto done;
-    }
-    if (scan == Py_None) {
-        Py_INCREF(Py_None);
-        result = Py_None;
-        goto done;
-    }
-    PyObject *partition = PyTuple_GET_ITEM(scan, 2), *parts = PyTuple_GET_ITEM(partition, 2);
-    if (array_view(PyTuple_GET_ITEM(partition, 0), &part_view, sizeof(Py_ssize_t), 0, 0) < 0) {
-        goto done;
-    }
-    const Py_ssize_t *part_of_byte = (const Py_ssize_t *)part_view.buf;
-    for (int first = 0; first < 256; first++) {
-        const Py_ssize_t part = part_of_byte[first];
-        if (part < 0 || row[first] != UNKNOWN_ENTRY) {
+    RowWork work;
+    const int status = open_row(t, config, -1, "fill_row", &work);
+    PyObject *result = status == ROW_READY ? Py_True : status == ROW_PYTHON ? Py_None : NULL;
+    for (int first = 0; result == Py_True && first < 256; first++) {
+        const Py_ssize_t part = work.part_of_byte[first];
+        if (part < 0 || work.row[first] != UNKNOWN_ENTRY) {
             continue;  /* dead, or its part is filled */
         }
-        if (!PyList_Check(parts) || part >= PyList_GET_SIZE(parts)) {
-            PyErr_SetString(PyExc_ValueError, "fill_row: a byte's part is not in the partition");
-            goto done;
+        if (PyList_GET_SIZE(t->configs) >= work.table.shape[0]) {
+            result = Py_None;  /* no spare row: Python grows the table and finishes */
+            break;
         }
-        if (PyList_GET_SIZE(t->configs) >= table.shape[0]) {
-            Py_INCREF(Py_None);
-            result = Py_None;
-            goto done;
+        PyObject *found = fill_part(t, &work, part);
+        if (found == NULL || found == Py_None || PyLong_AsLong(found) < -1) {
+            result = found == NULL || PyErr_Occurred() ? NULL : Py_None;
         }
-        PyObject *found = successor_of(t, PyTuple_GET_ITEM(scan, 0), PyTuple_GET_ITEM(scan, 1),
-                                       PyList_GET_ITEM(parts, part));
-        long successor = found == NULL || found == Py_None ? -3 : PyLong_AsLong(found);
-        if (found == NULL || successor < -1) {
-            if (found != NULL) {
-                Py_DECREF(found);
-                Py_INCREF(Py_None);
-                result = Py_None;
-            }
-            goto done;
-        }
-        Py_DECREF(found);
-        for (int b = first; b < 256; b++) {
-            if (part_of_byte[b] == part) {
-                row[b] = (int32_t)successor;
-            }
-        }
+        Py_XDECREF(found);
     }
-    Py_INCREF(Py_True);
-    result = Py_True;
-
-done:
-    if (part_view.obj != NULL) {
-        PyBuffer_Release(&part_view);
-    }
-    PyBuffer_Release(&table);
-    Py_XDECREF(config_number);
-    Py_XDECREF(scan);
+    Py_XINCREF(result);
+    close_row(&work);
     return result;
 }
 
@@ -1757,6 +1738,10 @@ PyObject *entry(PyObject *self, PyObject *args) {
     if (t == NULL || check_bound(t, "entry") < 0) {
         return NULL;
     }
+    if (byte < 0 || byte > 255) {
+        PyErr_SetString(PyExc_IndexError, "entry: no such configuration or byte");
+        return NULL;
+    }
     return locked(t, entry_locked, config, byte);
 }
 
@@ -1787,7 +1772,7 @@ int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t
     }
     NfaTables *t = tables_of(tables);
     /* A new configuration must find its row: with none spare, Python grows the table. */
-    if (t == NULL || t->configs == NULL || PyList_GET_SIZE(t->configs) >= num_rows) {
+    if (t == NULL || t->configs == NULL || PyList_GET_SIZE(t->configs) >= num_rows || value < 0 || value > 255) {
         return NATIVE_ENTRY_ASK_PYTHON;
     }
     PyObject *found = locked(t, entry_locked, config, value);
