@@ -89,8 +89,8 @@ class MaskEntry:
     """Allowed tokens of one state: the packed bitset, and lazily the sorted ids and the state each leads to.
 
     ``ids``/``ends`` are the tokens found by the walk (distinct, any order); ``base``
-    is an optional token group allowed as a whole: (sorted member ids, their packed
-    words, the state every member leads to).
+    is an optional part of a token group allowed as a whole: (member ids, their packed
+    words, the state every member leads to or the state each one leads to).
     """
 
     __slots__ = ("size", "words", "max_end_cost", "_found_ids", "_found_ends", "_base", "_ids", "_ends")
@@ -137,6 +137,8 @@ class MaskEntry:
         total = self.words.nbytes + self._found_ids.nbytes + 96
         if isinstance(self._found_ends, np.ndarray):
             total += self._found_ends.nbytes
+        if self._base is not None and isinstance(self._base[2], np.ndarray):
+            total += self._base[2].nbytes  # the group's ids and words are shared, its ends are not
         for cached in (self._ids, self._ends):
             if cached is not None:
                 total += cached.nbytes
@@ -710,10 +712,10 @@ class Matcher(MatcherBase):
             # One character in, the group loops: every other member ends there.
             ids, words = group.members_without_first(trie, exceptions)
             return ids, words, int(chain[1])
+        if exceptions is None:
+            return group.members_along(chain)
         member_ends = chain[group.member_chars]
-        live = member_ends != DEAD
-        if exceptions is not None:
-            live &= ~np.isin(group.first_bytes(trie)[0], exceptions)
+        live = (member_ends != DEAD) & ~np.isin(group.first_bytes(trie)[0], exceptions)
         id_parts.append(group.member_ids[live])
         end_parts.append(member_ends[live])
         return None

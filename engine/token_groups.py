@@ -100,6 +100,8 @@ class TokenGroup:
         self.member_words = pack_ids(self.member_ids, self._top)
         self._first_bytes: tuple | None = None
         self._members_without: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._by_chars: tuple[np.ndarray, np.ndarray] | None = None
+        self._words_below: dict[int, np.ndarray] = {}
         # Longest character count that matters for a chain: a member's, or the
         # characters before an exit or a partial character.
         self.max_chars = int(
@@ -179,6 +181,24 @@ class TokenGroup:
             first = trie.first_bytes
             self._first_bytes = (first[node_of_token[self.member_ids]], first[self.exit_nodes], first[self.partial_nodes])
         return self._first_bytes
+
+    def members_along(self, chain: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, their packed words, configurations after them) of the members a chain
+        (configuration after 0, 1, ... characters) keeps live, fewest characters first. Once a
+        chain dies it stays dead, so these are the members of fewer characters than its first
+        dead entry; their words are kept per such count (at most ``max_chars + 1`` of them)."""
+        if self._by_chars is None:
+            order = np.argsort(self.member_chars, kind="stable")
+            self._by_chars = (self.member_ids[order], np.bincount(self.member_chars, minlength=1))
+        ids, members_of_count = self._by_chars
+        dead = np.flatnonzero(chain == DEAD)
+        live_counts = min(int(dead[0]) if len(dead) else len(chain), len(members_of_count))
+        runs = members_of_count[:live_counts]
+        live_ids = ids[: int(runs.sum())]
+        words = self._words_below.get(live_counts)
+        if words is None:
+            words = self._words_below[live_counts] = pack_ids(live_ids, self._top)
+        return live_ids, words, np.repeat(chain[:live_counts], runs)
 
     def members_without_first(self, trie: TokenTrie, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ids, packed words) of the members whose first byte is not one of ``values``."""

@@ -226,7 +226,9 @@ def walked_tokens(matcher, config: int) -> dict[int, int]:
     found = dict(zip(ids.tolist(), ends.tolist()))
     assert len(found) == len(ids), "every token is reported once"
     if base is not None:
-        found.update(dict.fromkeys(base[0].tolist(), base[2]))
+        # A group part allowed whole leads its members to one configuration or to one each.
+        base_ends = np.broadcast_to(np.asarray(base[2]), base[0].shape)
+        found.update(zip(base[0].tolist(), base_ends.tolist()))
     return found
 
 
