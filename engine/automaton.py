@@ -1159,11 +1159,7 @@ class ByteAutomaton:
             # intersection to Python.
             cid = native.states.successor(self._native, by_mask, masks, members)
             if cid is not None:
-                if cid >= DEAD:
-                    if cid >= self._table.shape[0]:
-                        self._grow_table()
-                    return cid
-                raise _too_many_items() if cid == _NATIVE_TOO_MANY_ITEMS else _too_many_configs()
+                return self._native_config(cid)
         if len(members) == 1:
             kernel = by_mask[masks[members[0]]]
         else:
@@ -1457,15 +1453,20 @@ class ByteAutomaton:
         if self._native is not None:
             nxt = native.states.entry(self._native, config, byte)  # holds the lock itself
             if nxt is not None:
-                if nxt >= DEAD:
-                    if nxt >= self._table.shape[0]:
-                        with self._lock:
-                            if nxt >= self._table.shape[0]:
-                                self._grow_table()
-                    return nxt
-                raise _too_many_items() if nxt == _NATIVE_TOO_MANY_ITEMS else _too_many_configs()
+                return self._native_config(nxt)
         self._compute_entries(config, (byte,))
         return self._table.item(config, byte)
+
+    def _native_config(self, found: int) -> int:
+        """A configuration the native code reached, the table grown to hold its row; the
+        codes it returns past the limits raised as the errors Python raises there."""
+        if found < DEAD:
+            raise _too_many_items() if found == _NATIVE_TOO_MANY_ITEMS else _too_many_configs()
+        if found >= self._table.shape[0]:
+            with self._lock:
+                if found >= self._table.shape[0]:
+                    self._grow_table()
+        return found
 
     def step_bytes(self, config: int, data: bytes) -> int:
         """The configuration after ``data`` (no token boundaries in between)."""
