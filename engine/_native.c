@@ -17,8 +17,6 @@
 
 #include "_native.h"
 
-#define DEAD (-1)
-#define UNKNOWN (-2)
 #define ROW_WIDTH 256
 #define ROW_BYTES (ROW_WIDTH * (Py_ssize_t)sizeof(int32_t))
 

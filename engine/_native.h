@@ -4,6 +4,10 @@
 
 #include <Python.h>
 
+/* Transition table entries: no successor, and not computed yet (automaton.DEAD, _UNKNOWN). */
+#define DEAD (-1)
+#define UNKNOWN (-2)
+
 PyObject *nfa_tables(PyObject *self, PyObject *args);
 PyObject *close_items(PyObject *self, PyObject *args);
 PyObject *plain_scans(PyObject *self, PyObject *args);

@@ -1471,7 +1471,6 @@ PyObject *utf8_agrees(PyObject *self, PyObject *args) {
     return PyBool_FromLong(agrees);
 }
 
-#define UNKNOWN_ENTRY (-2)
 
 /* A C-contiguous array's buffer, checked for its item size and, for a table, rows of 256. */
 static int array_view(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, int writable, int table_rows) {
@@ -1590,7 +1589,7 @@ static int open_row(NfaTables *t, long config, int byte, const char *function, R
         return ROW_ERROR;
     }
     work->row = (int32_t *)work->table.buf + (Py_ssize_t)config * 256;
-    if (byte >= 0 && work->row[byte] != UNKNOWN_ENTRY) {
+    if (byte >= 0 && work->row[byte] != UNKNOWN) {
         return ROW_KNOWN;
     }
     PyObject *config_number = PyLong_FromLong(config);
@@ -1686,7 +1685,7 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int byte_unused) {
     PyObject *result = status == ROW_READY ? Py_True : status == ROW_PYTHON ? Py_None : NULL;
     for (int first = 0; result == Py_True && first < 256; first++) {
         const Py_ssize_t part = work.part_of_byte[first];
-        if (part < 0 || work.row[first] != UNKNOWN_ENTRY) {
+        if (part < 0 || work.row[first] != UNKNOWN) {
             continue;  /* dead, or its part is filled */
         }
         if (PyList_GET_SIZE(t->configs) >= work.table.shape[0]) {
