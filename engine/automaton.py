@@ -1440,6 +1440,15 @@ class ByteAutomaton:
         view.flags.writeable = False
         return view
 
+    def successors(self, config: int, values: np.ndarray) -> np.ndarray:
+        """The successor of ``config`` by each byte of ``values``, computing only the parts
+        of its row those bytes fall in."""
+        found = self._table[config, values]
+        if (found == _UNKNOWN).any():
+            self._fill_entries(config, values)
+            found = self._table[config, values]
+        return found
+
     def step(self, config: int, byte: int) -> int:
         if config < 0:
             return DEAD
@@ -1456,6 +1465,21 @@ class ByteAutomaton:
                 return self._native_config(nxt)
         self._compute_entries(config, (byte,))
         return self._table.item(config, byte)
+
+    def _fill_entries(self, cid: int, byte_values: np.ndarray) -> None:
+        """Fill the unknown successors of ``cid`` for ``byte_values`` and the rest of their
+        parts: natively one part at a time, else in Python."""
+        if self._native is not None:
+            while True:
+                unknown = np.flatnonzero(self._table[cid, byte_values] == _UNKNOWN)
+                if not len(unknown):
+                    return
+                found = native.states.entry(self._native, cid, int(byte_values[unknown[0]]))
+                if found is None:
+                    break
+                # To grow the table or raise past a limit: the entry itself is written.
+                self._native_config(found)
+        self._compute_entries(cid, byte_values)
 
     def _native_config(self, found: int) -> int:
         """A configuration the native code reached, the table grown to hold its row; the
@@ -1499,7 +1523,7 @@ class ByteAutomaton:
         if missing.any():
             pairs = distinct(rows[missing].astype(np.int64) * 256 + bytes_[missing])
             for config, values in _grouped_pairs(pairs):
-                self._compute_entries(config, values)
+                self._fill_entries(config, values)
             found = self._table[rows, bytes_]
         if has_dead:
             found[dead] = DEAD

@@ -941,9 +941,19 @@ class Matcher(MatcherBase):
         successors = self._tables.successors
         if key in successors:
             return successors[key]
-        found = uniform_successor(self.automaton, config, group.spec, self._row(config), wide=wide)
+        # Only the parts of the row the group's bytes fall in: the rest of a chain's
+        # rows (escapes, halves of characters, the closing quote) may never be reached.
+        values = group.spec.ascii_array
+        by_values = self._successors(config, values)
+        found = uniform_successor(self.automaton, config, group.spec, by_values, wide=wide)
         successors[key] = found
         return found
+
+    def _successors(self, config: int, values: np.ndarray) -> np.ndarray:
+        successors = getattr(self.automaton, "successors", None)
+        if successors is not None:
+            return successors(config, values)
+        return np.asarray(self.automaton.step_many(np.full(len(values), config, dtype=np.int32), values))
 
     def _row(self, config: int) -> np.ndarray:
         row = getattr(self.automaton, "row", None)

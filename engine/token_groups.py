@@ -330,11 +330,11 @@ def loops_on(automaton, config: int, spec: GroupSpec, loop_bytes: np.ndarray) ->
     return not spec.non_ascii or _utf8_leads_to(automaton, config, config, int(spec.ascii_array[0]))
 
 
-def uniform_successor(automaton, config: int, spec: GroupSpec, row: np.ndarray, *, wide: bool = True) -> int | None:
+def uniform_successor(automaton, config: int, spec: GroupSpec, successors: np.ndarray, *, wide: bool = True) -> int | None:
     """The one configuration every character of the group leads ``config`` to (DEAD if
-    all die), or None when characters of the group disagree. ``row`` is ``config``'s
-    successor for every byte; ``wide=False`` leaves multi-byte characters unchecked."""
-    successors = row[spec.ascii_array]
+    all die), or None when characters of the group disagree. ``successors`` are
+    ``config``'s successors by the group's ASCII bytes (``spec.ascii_array``);
+    ``wide=False`` leaves multi-byte characters unchecked."""
     target = int(successors[0])
     if (successors != target).any():
         return None
@@ -480,7 +480,7 @@ class GroupTables:
         for spec in GROUP_SPECS:
             if len(spec.ascii_bytes) > live:
                 continue  # some character of the group is not even a live byte
-            successor = uniform_successor(automaton, config, spec, row)
+            successor = uniform_successor(automaton, config, spec, row[spec.ascii_array])
             if successor is not None and successor != DEAD:
                 return self.group(spec), successor
         return None
