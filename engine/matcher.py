@@ -26,9 +26,12 @@ configuration) and bounded by ``automaton.MAX_CONFIGS``.
 Text checks. A grammar may carry a ``text_check``, a stateful condition no grammar can
 express (``uniqueItems``): ``initial()``, ``feed(state, data)`` (the new state, or None
 once the text is lost) and ``trigger_bytes(state)`` (a token without any of these bytes
-cannot fail; empty: any token can). The cached mask of a configuration stays as it is;
-the allowed tokens holding a trigger byte are fed to the check against the live text
-and dropped if refused, so only the few tokens that can complete an item pay for it.
+cannot fail; empty: any token can). Optionally ``trigger_in_order(state)`` (bytes a
+token must also hold in that order to fail, or None) and ``refused_among(state, datas)``
+(the indices ``feed`` refuses, answered in one call). The cached mask of a
+configuration stays as it is; the allowed tokens holding the triggers are fed to the
+check against the live text and dropped if refused, so only the few tokens that can
+complete an item pay for it.
 
 Token budget (``max_tokens``). ``min_tokens_to_finish`` is the length of a concrete
 token path to an accepting configuration: take the greedy longest token at the start
@@ -545,11 +548,20 @@ class Matcher(MatcherBase):
         triggers = check.trigger_bytes(state)
         if not len(ids):
             return ids, words
+        candidates = ids
         if triggers:
-            candidates = ids[self.vocab.tokens_holding(triggers)[ids]]
+            candidates = candidates[self.vocab.tokens_holding(triggers)[candidates]]
+        in_order = getattr(check, "trigger_in_order", None)
+        sequence = in_order(state) if in_order is not None else None
+        if sequence:
+            candidates = candidates[self.vocab.tokens_holding_in_order(sequence)[candidates]]
+        candidates = candidates.tolist()
+        refused_among = getattr(check, "refused_among", None)
+        if refused_among is not None:
+            token_bytes = self.vocab.token_bytes
+            rejected = [candidates[i] for i in refused_among(state, [token_bytes(t) for t in candidates])]
         else:
-            candidates = ids
-        rejected = [t for t in candidates.tolist() if check.feed(state, self.vocab.token_bytes(t)) is None]
+            rejected = [t for t in candidates if check.feed(state, self.vocab.token_bytes(t)) is None]
         if not rejected:
             return ids, words
         dropped = np.zeros(self.vocab.size, dtype=bool)

@@ -118,7 +118,7 @@ class TokenVocabulary:
         # Where derived per-vocabulary tables (token groups) are persisted; None: memory only.
         self.cache_root: Path | None = None
         self.normal_ids = np.sort(trie.token_ids).astype(np.int32)
-        self._holding: dict[bytes, np.ndarray] = {}
+        self._holding: dict = {}
         self.eos_array = np.array(sorted(eos), dtype=np.int32)
         digest = hashlib.sha256(blob)
         digest.update(offsets.tobytes())
@@ -171,6 +171,27 @@ class TokenVocabulary:
                 on_path[low:high] |= on_path[trie.parent[low:high]]
             found = np.zeros(self.size, dtype=bool)
             found[trie.token_ids] = on_path[trie.token_nodes]
+            self._holding[key] = found
+        return found
+
+    def tokens_holding_in_order(self, sequence: bytes) -> np.ndarray:
+        """Per token id: whether the bytes of ``sequence`` occur in its bytes in that order,
+        not necessarily next to each other (special tokens: False; cached)."""
+        key = ("in order", bytes(sequence))
+        found = self._holding.get(key)
+        if found is None:
+            trie = self.trie
+            wanted = np.frombuffer(bytes(sequence), dtype=np.uint8)
+            # How many bytes of the sequence a node's path has met, level by level.
+            progress = np.zeros(trie.num_nodes, dtype=np.int32)
+            for depth in range(1, trie.max_depth + 1 if len(wanted) else 1):
+                low, high = int(trie.level_start[depth]), int(trie.level_start[depth + 1])
+                before = progress[trie.parent[low:high]]
+                pending = before < len(wanted)
+                meets = pending & (trie.byte[low:high] == wanted[np.minimum(before, len(wanted) - 1)])
+                progress[low:high] = before + meets
+            found = np.zeros(self.size, dtype=bool)
+            found[trie.token_ids] = progress[trie.token_nodes] == len(wanted)
             self._holding[key] = found
         return found
 

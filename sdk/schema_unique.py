@@ -33,6 +33,9 @@ _WHITESPACE = frozenset(b" \t\n\r")
 #: A token that contains none of these cannot start a repeated literal or complete an item outside a string.
 _COMPLETING = b'"]},[ \t\n\reltfn'
 _LITERALS = {ord("t"): (True,), ord("f"): (False,), ord("n"): (None,)}
+#: Outside strings and scalars these bytes complete nothing.
+_INERT = frozenset(b" \t\n\r,:")
+_CLOSING = frozenset(b"]}")
 
 # Applicators whose subschemas hold only when some condition does.
 _CONDITIONAL = ("anyOf", "oneOf", "not", "if", "then", "else", "contains", "unevaluatedItems", "unevaluatedProperties")
@@ -182,6 +185,72 @@ class UniqueItemsCheck:
         if not state.unique_open:
             return b"["
         return b'"' if state.in_string else _COMPLETING
+
+    def trigger_in_order(self, state: ScanState) -> bytes | None:
+        """Bytes a token must hold in this order to fail, when ``trigger_bytes`` says too
+        little: with no unique array open, a token can only fail by opening one and
+        repeating an item in it, which takes a comma after its ``[`` (in JSON)."""
+        return None if state.unique_open else b"[,"
+
+    def refused_among(self, state: ScanState, datas: list[bytes]) -> list[int]:
+        """The indices of ``datas`` that ``feed`` refuses from ``state``: the same answers
+        as feeding each, for tokens that keep the text JSON. Most are told apart without
+        scanning a copy of the text (see ``_quick_verdict``)."""
+        quick = self._quick_verdict(state)
+        refused = []
+        for index, data in enumerate(datas):
+            verdict = quick(data) if quick is not None else None
+            if verdict is None:
+                verdict = self.feed(state, data) is not None
+            if not verdict:
+                refused.append(index)
+        return refused
+
+    def _quick_verdict(self, state: ScanState):
+        """A function of a token telling whether ``feed`` passes it (None when only
+        ``feed`` can tell), or None when there is none for ``state``.
+
+        Inside a string in a unique array, a token that closes it and goes on with
+        punctuation that completes nothing (``",`` ``"]`` ...) is decided by the closed
+        string alone.
+        """
+        if not state.unique_open or not state.in_string or state.escaped:
+            return None
+        content = state.text[state.string_start + 1 :]
+        frames = state.frames
+        # A key, or a string that is no item of a unique array, never repeats anything.
+        seen = None
+        if not state.string_is_key and frames and frames[-1].is_array and frames[-1].unique:
+            seen = frames[-1].seen
+
+        def closes_quietly(rest: bytes) -> bool:
+            # Whether what follows the closing quote completes no item of a unique array.
+            depth = len(frames)
+            for byte in rest:
+                if byte in _CLOSING:
+                    depth -= 1
+                    if depth < 0 or (depth > 0 and frames[depth - 1].is_array and frames[depth - 1].unique):
+                        return False
+                elif byte not in _INERT:
+                    return False
+            return True
+
+        def verdict(data: bytes) -> bool | None:
+            end = data.find(b'"')
+            if end < 0 or b"\\" in data[:end] or not closes_quietly(data[end + 1 :]):
+                return None
+            if seen is None:
+                return True
+            raw = content + data[:end]
+            if b"\\" in raw or min(raw, default=0x20) < 0x20:
+                return None  # escapes and control characters: as json.loads reads them
+            try:
+                value = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+            return ("string", value) not in seen
+
+        return verdict
 
     def accepts(self, text: bytes) -> bool:
         return self.feed(self.initial(), text) is not None

@@ -221,3 +221,23 @@ def test_tokens_holding_matches_a_scan_of_each_token(strings, wanted):
     for token_id, data in enumerate(strings):
         assert holding[token_id] == any(value in data for value in wanted)
     assert not holding[len(strings)], "special tokens hold no text"
+
+
+def _holds_in_order(data: bytes, sequence: bytes) -> bool:
+    position = 0
+    for value in sequence:
+        position = data.find(bytes([value]), position) + 1
+        if position == 0:
+            return False
+    return True
+
+
+@settings(max_examples=60, deadline=None)
+@given(byte_strings, st.binary(max_size=3).map(lambda b: bytes(x % 6 + 97 for x in b)))
+def test_tokens_holding_in_order_matches_a_scan_of_each_token(strings, sequence):
+    vocab = TokenVocabulary(strings + [b"<eos>"], special_ids=[len(strings)], eos_token_ids=[len(strings)])
+    holding = vocab.tokens_holding_in_order(sequence)
+    assert holding.shape == (vocab.size,)
+    for token_id, data in enumerate(strings):
+        assert holding[token_id] == (bool(data) and _holds_in_order(data, sequence)), (data, sequence)
+    assert not holding[len(strings)], "special tokens hold no text"

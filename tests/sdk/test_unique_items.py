@@ -174,3 +174,41 @@ def test_feeding_in_pieces_matches_whole_text_and_leaves_earlier_states_untouche
         if state is None:
             break
     assert (state is not None) == check.accepts(text)
+
+
+_PIECES = [b'"', b'",', b'"]', b'"],', b'a"', b'b",', b'"}', b'"]}', b'\\"', b'\xc3', b'\xa9"', b'a', b'", "', b'",[', b'":', b'\n"', b'"1', b'" ,']
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    items=st.lists(st.text(alphabet='ab\u00e9"\\\n', max_size=3), min_size=1, max_size=5),
+    cut=st.integers(0, 60),
+    key=st.booleans(),
+)
+def test_refused_among_answers_as_feeding_each_token(items, cut, key):
+    schema = {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}
+    check = grammar_from_schema(schema, property_order="any").text_check
+    text = b'{"tags":[' + b",".join(json.dumps(item, ensure_ascii=False).encode() for item in items)
+    if key:
+        text += b'],"'
+    state = check.feed(check.initial(), text[: min(cut, len(text))] if not key else text)
+    if state is None:
+        return
+    pieces, expected = [], []
+    for piece in _PIECES:
+        try:  # pieces the grammar would never allow here are left out
+            fed = check.feed(state, piece)
+        except ValueError:
+            continue
+        if fed is None:
+            expected.append(len(pieces))
+        pieces.append(piece)
+    assert check.refused_among(state, pieces) == expected
+
+
+def test_refused_among_decides_closing_tokens_by_the_closed_string():
+    check = grammar_from_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True}).text_check
+    state = check.feed(check.initial(), '["caf\u00e9","ca'.encode())
+    verdict = check._quick_verdict(state)
+    assert verdict(b'f\xc3\xa9",') is False and verdict(b'b"]') is True and verdict(b'"1') is None
+    assert check.refused_among(state, [b'f\xc3\xa9",', b'b"]', b'f\xc3\xa9"]', b'\\"']) == [0, 2]
