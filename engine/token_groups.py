@@ -101,6 +101,7 @@ class TokenGroup:
         self._first_bytes: tuple | None = None
         self._members_without: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._by_chars: tuple[np.ndarray, np.ndarray] | None = None
+        self._by_first: tuple[np.ndarray, np.ndarray] | None = None
         self._words_below: dict[int, np.ndarray] = {}
         # Longest character count that matters for a chain: a member's, or the
         # characters before an exit or a partial character.
@@ -202,11 +203,24 @@ class TokenGroup:
 
     def members_without_first(self, trie: TokenTrie, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ids, packed words) of the members whose first byte is not one of ``values``."""
-        key = bytes(np.sort(values).astype(np.uint8))
+        key = bytes(np.unique(values).astype(np.uint8))
         found = self._members_without.get(key)
         if found is None:
-            ids = self.member_ids[~_byte_flags(values)[self.first_bytes(trie)[0]]]
-            found = (ids, pack_ids(ids, self._top))
+            if self._by_first is None:
+                first = self.first_bytes(trie)[0]
+                order = np.argsort(first, kind="stable")
+                starts = np.concatenate([[0], np.cumsum(np.bincount(first, minlength=256))])
+                self._by_first = (self.member_ids[order], starts)
+            by_first, starts = self._by_first
+            # Members sorted by first byte: the excluded ones are a run per value, the
+            # kept ones the slices between those runs.
+            cuts = [0]
+            for value in key:
+                cuts += [int(starts[value]), int(starts[value + 1])]
+            cuts.append(len(by_first))
+            ids = np.concatenate([by_first[low:high] for low, high in zip(cuts[0::2], cuts[1::2])])
+            excluded = np.concatenate([by_first[:0]] + [by_first[low:high] for low, high in zip(cuts[1::2], cuts[2::2])])
+            found = (ids, self.member_words & ~pack_ids(excluded, self._top))
             if len(self._members_without) >= _MEMBERS_WITHOUT_CACHE:
                 self._members_without.clear()
             self._members_without[key] = found

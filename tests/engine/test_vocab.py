@@ -241,3 +241,21 @@ def test_tokens_holding_in_order_matches_a_scan_of_each_token(strings, sequence)
     for token_id, data in enumerate(strings):
         assert holding[token_id] == (bool(data) and _holds_in_order(data, sequence)), (data, sequence)
     assert not holding[len(strings)], "special tokens hold no text"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.binary(min_size=1, max_size=4).map(lambda b: bytes(x % 7 + 95 for x in b)), min_size=1, max_size=40),
+    st.lists(st.integers(94, 102), max_size=4),
+)
+def test_group_members_without_first_bytes_match_a_scan_of_each_member(strings, excluded):
+    from surecall.engine.token_groups import GROUP_SPECS, group_tables_for
+
+    vocab = TokenVocabulary(strings + [b"<eos>"], special_ids=[len(strings)], eos_token_ids=[len(strings)])
+    group = group_tables_for(vocab).group(next(spec for spec in GROUP_SPECS if spec.name == "word"))
+    members = group.member_ids.tolist()
+    for _ in range(2):  # computed, then from the group's cache
+        ids, words = group.members_without_first(vocab.trie, np.array(excluded, dtype=np.int64))
+        expected = sorted(t for t in members if vocab.token_bytes(t)[0] not in excluded)
+        assert sorted(ids.tolist()) == expected and len(ids) == len(expected)
+        assert unpack_ids(words, vocab.size).tolist() == expected
