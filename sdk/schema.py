@@ -1098,7 +1098,8 @@ def _prune_unproductive(rules: dict[str, Node]) -> dict[str, Node]:
                 changed = True
     if len(productive) == len(rules):
         return rules
-    return {name: _replace_refs(node, productive) for name, node in rules.items() if name in productive}
+    memo: dict = {}
+    return {name: _replace_refs(node, productive, memo) for name, node in rules.items() if name in productive}
 
 
 def _derives(node: Node, productive: set[str]) -> bool:
@@ -1115,20 +1116,31 @@ def _derives(node: Node, productive: set[str]) -> bool:
     return True
 
 
-def _replace_refs(node: Node, productive: set[str]) -> Node:
+def _replace_refs(node: Node, productive: set[str], memo: dict) -> Node:
+    """``node`` with references to unproductive rules made NOTHING. Subtrees without any
+    are returned as they are, and shared subtrees are visited once (``memo``, by identity:
+    it holds the node too, so its id is not reused)."""
+    found = memo.get(id(node))
+    if found is not None:
+        return found[1]
+    replaced = node
     if isinstance(node, Ref):
-        return node if node.name in productive else NOTHING
-    if isinstance(node, Seq):
-        return seq(*(_replace_refs(item, productive) for item in node.items))
-    if isinstance(node, Alt):
-        items = [_replace_refs(item, productive) for item in node.items]
-        items = [item for item in items if item != NOTHING]
-        return alt(*items) if items else NOTHING
-    if isinstance(node, Repeat):
-        item = _replace_refs(node.item, productive)
+        replaced = node if node.name in productive else NOTHING
+    elif isinstance(node, (Seq, Alt, Intersect)):
+        items = [_replace_refs(item, productive, memo) for item in node.items]
+        if any(new is not old for new, old in zip(items, node.items)):
+            if isinstance(node, Seq):
+                replaced = seq(*items)
+            elif isinstance(node, Alt):
+                items = [item for item in items if item != NOTHING]
+                replaced = alt(*items) if items else NOTHING
+            else:
+                replaced = Intersect(tuple(items))
+    elif isinstance(node, Repeat):
+        item = _replace_refs(node.item, productive, memo)
         if item == NOTHING:
-            return EMPTY
-        return repeat(item, node.min, node.max)
-    if isinstance(node, Intersect):
-        return Intersect(tuple(_replace_refs(item, productive) for item in node.items))
-    return node
+            replaced = EMPTY
+        elif item is not node.item:
+            replaced = repeat(item, node.min, node.max)
+    memo[id(node)] = (node, replaced)
+    return replaced

@@ -15,6 +15,7 @@ Unconstrained strings and plain length limits accept every spelling, ``\\uXXXX``
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from surecall.engine.ir import (
     EMPTY,
@@ -127,6 +128,15 @@ def _contains(ranges: list[tuple[int, int]], code: int) -> bool:
 
 def encode_char_ranges(ranges: list[tuple[int, int]]) -> Node:
     """The JSON spellings of any one character in ``ranges`` (code point ranges, inclusive)."""
+    return _encoded_char_ranges(tuple(ranges))
+
+
+@lru_cache(maxsize=4096)
+def _encoded_char_ranges(ranges: tuple[tuple[int, int], ...]) -> Node:
+    # Memoised: the same classes recur (every character of every known key, and the
+    # rest of the alphabet next to them), and the nodes are immutable, so one copy
+    # serves every use, in one schema and the next.
+    ranges = list(ranges)
     raw = _subtract(_subtract(ranges, (0, 0x1F)), (0x22, 0x22))
     raw = _subtract(raw, (0x5C, 0x5C))
     options: list[Node] = []

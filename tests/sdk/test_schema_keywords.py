@@ -365,3 +365,16 @@ def test_string_constants_accept_every_json_spelling_of_the_text(text):
     assert grammar.accepts(spelled)
     assert grammar.accepts(spelled.replace("/", "\\/"))
     assert not grammar.accepts(json.dumps(text + "x", ensure_ascii=False))
+
+
+def test_references_to_rules_with_no_finite_value_are_dropped_wherever_they_are_shared():
+    # ``node`` must hold another ``node`` forever: no finite JSON value, so only the other
+    # branch of each anyOf is left (the branches share the reference).
+    endless = {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}, "v": {"type": "integer"}},
+               "required": ["next"], "additionalProperties": False}
+    schema = {"$defs": {"node": endless}, "type": "object", "additionalProperties": False,
+              "properties": {"a": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "integer"}]},
+                             "b": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "string"}]}}}
+    grammar = grammar_from_schema(schema)
+    assert grammar.accepts('{"a":1,"b":"y"}') and grammar.accepts('{"b":"x"}')
+    assert not grammar.accepts('{"a":{"next":{}}}') and not grammar.accepts('{"b":{"v":1}}')
