@@ -81,6 +81,11 @@ _CONSUMING = (_BYTE, _ANY_START, _ANY_INSIDE, _ISECT)
 # Kinds whose fields hold no position but in ``out``: a run of them can be copied elsewhere.
 _COPYABLE_KINDS = frozenset((_BYTE, _EPS, _CALL, _EX_ENTER, _EX_EXIT, _COUNT_ENTER, _COUNT_HUB))
 
+#: A subtree emitted this many times, of at least this many positions, is copied from
+#: then on instead of emitted again.
+_TEMPLATE_AFTER = 3
+_MIN_TEMPLATE_POSITIONS = 8
+
 #: Limits that turn pathological grammars into a clear error instead of a hang.
 #: (``MAX_PRODUCT_STATES`` bounds the search that proves an intersection state can finish.)
 MAX_NFA_POSITIONS = 500_000
@@ -338,6 +343,10 @@ class _NfaBuilder:
         self.rule = start
         # Inlined rules referenced more than once: their positions, to copy at later references.
         self._templates: dict[str, tuple | None] = {}
+        # Composite nodes met again (shared subtrees, bounded repetitions), by identity: the
+        # node itself (so that its id stays its own), how often it was emitted, and its
+        # template once made (see _emit_composite).
+        self._subtrees: dict[int, tuple] = {}
 
     # -- which rules are called instead of inlined ---------------------------------
     def _choose_called_rules(self) -> set[str]:
@@ -469,16 +478,8 @@ class _NfaBuilder:
             return self._new(_BYTE, mask, nxt) if mask else self._nothing()
         if t is CharSet:
             return self._emit_sequences(utf8_sequences(node.ranges, node.negated), nxt, -1)
-        if t is Seq:
-            for item in reversed(node.items):
-                nxt = self.emit(item, nxt)
-            return nxt
-        if t is Alt:
-            if not node.items:
-                return self._nothing()
-            return self._new(_EPS, out=[self.emit(item, nxt) for item in node.items])
-        if t is Repeat:
-            return self._emit_repeat(node, nxt)
+        if t is Seq or t is Alt or t is Repeat:
+            return self._emit_composite(node, nxt)
         if t is Ref:
             return self._emit_ref(node.name, nxt)
         if t is AnyToken:
@@ -491,6 +492,35 @@ class _NfaBuilder:
         if t is Intersect:
             return self._emit_intersect(node, nxt)
         raise GrammarError(f"not a grammar node: {node!r}", rule=self.rule)
+
+    def _emit_composite(self, node: Node, nxt: int) -> int:
+        """Emit a Seq, Alt or Repeat; a node emitted ``_TEMPLATE_AFTER`` times leaves a
+        template of its positions, which later emissions copy instead of walking its
+        subtree again."""
+        met = self._subtrees.get(id(node))
+        if met is not None and met[2]:
+            return self._instantiate(met[2], nxt)
+        nfa = self.nfa
+        first, dead_end_before = len(nfa.kind), nfa.may_dead_end
+        t = type(node)
+        if t is Seq:
+            entry = nxt
+            for item in reversed(node.items):
+                entry = self.emit(item, entry)
+        elif t is Alt:
+            entry = self._new(_EPS, out=[self.emit(item, nxt) for item in node.items]) if node.items else self._nothing()
+        else:
+            entry = self._emit_repeat(node, nxt)
+        if met is None:
+            self._subtrees[id(node)] = (node, 1, None)
+        elif met[2] is None:
+            # Most shared nodes are met twice, where a template would not pay for itself;
+            # small runs emit as fast as they copy. False: not copyable, emit every time.
+            template = None
+            if met[1] + 1 >= _TEMPLATE_AFTER and len(nfa.kind) - first >= _MIN_TEMPLATE_POSITIONS:
+                template = self._template(first, entry, nxt, dead_end_before) or False
+            self._subtrees[id(node)] = (node, met[1] + 1, template)
+        return entry
 
     def _emit_repeat(self, node: Repeat, nxt: int) -> int:
         lo, hi = node.min, node.max

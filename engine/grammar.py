@@ -52,10 +52,15 @@ def _children(node: Node) -> tuple[Node, ...]:
     return ()
 
 
-def _check_node(node: Node, rule: str, rules: Mapping[str, Node]) -> None:
+def _check_node(node: Node, rule: str, rules: Mapping[str, Node], checked: set[int]) -> None:
+    """Raise GrammarError for a malformed node under ``node``. Subtrees shared with nodes
+    checked before (their ids in ``checked``, which the rules keep alive) are skipped."""
     stack = [node]
     while stack:
         n = stack.pop()
+        if id(n) in checked:
+            continue
+        checked.add(id(n))
         if not isinstance(n, Node):
             raise GrammarError(f"not a grammar node: {n!r}", rule=rule)
         t = type(n)
@@ -157,8 +162,9 @@ class Grammar:
                 raise GrammarError(f"rule names must be non-empty strings, got {name!r}")
         if start not in frozen:
             raise GrammarError(f"start rule {start!r} is not defined", rule=start)
+        checked: set[int] = set()
         for name, node in frozen.items():
-            _check_node(node, name, frozen)
+            _check_node(node, name, frozen, checked)
         check_productive(frozen)
         self._rules = MappingProxyType(frozen)
         self._start = start

@@ -58,6 +58,29 @@ def test_bounded_repetition_counts():
     assert [g.accepts("ab" * n) for n in range(6)] == [False, False, True, True, True, False]
 
 
+def test_subtrees_emitted_many_times_are_copied_faithfully(monkeypatch):
+    import re
+
+    # One shared node, unrolled three times by a repetition and met twice more: from its
+    # third emission on, its positions are copied (it holds an alternation, a loop and an
+    # optional escape, so the copy must relocate epsilon lists and single successors alike).
+    word = seq(alt(literal("abcd"), seq(literal("c"), star(DIGIT))), optional(literal("\\x")), literal(";;"))
+    grammar_ir = seq(alt(word, literal("!")), literal("|"), repeat(word, 1, 3), literal("|"), alt(word, literal("?")))
+    one = r"(?:abcd|c[0-9]*)(?:\\x)?;;"
+    pattern = re.compile(rf"(?:{one}|!)\|(?:{one}){{1,3}}\|(?:{one}|\?)")
+    copies = []
+    original = automaton_module._NfaBuilder._instantiate
+    monkeypatch.setattr(automaton_module._NfaBuilder, "_instantiate",
+                        lambda self, template, nxt: copies.append(nxt) or original(self, template, nxt))
+    grammar = Grammar.from_ir(grammar_ir)
+    grammar.automaton
+    assert copies, "the shared subtree was copied at least once"
+    samples = ["abcd;;|c12\\x;;abcd;;|?", "!|c;;c;;c;;|c\\x;;", "!|c;;c;;c;;c;;|?", "abcd;;||?", "!|c9;;|abcd;;x", "!|abcd\\x;;|?"]
+    verdicts = [grammar.accepts(text) for text in samples]
+    assert verdicts == [bool(pattern.fullmatch(text)) for text in samples]
+    assert any(verdicts) and not all(verdicts)
+
+
 def test_nullable_loop_body_terminates():
     g = Grammar({"start": star(star("a"))})
     assert g.accepts("") and g.accepts("aaaa") and not g.accepts("b")
