@@ -353,8 +353,10 @@ class SurecallEngine(Engine):
 
     def clear_caches(self) -> None:
         # Per-schema work is cached per process: compiled automata (with their masks) by
-        # grammar hash, and sub-automata of intersections by node. Per-tokenizer tables
+        # grammar hash, sub-automata of intersections by node, and some translation
+        # pieces (formats, character classes) by value. Per-tokenizer tables
         # (token groups, kept on disk) stay, like the peers' tokenizer preprocessing.
+        from surecall import schema, schema_strings
         from surecall.engine import automaton, grammar
 
         clear = getattr(grammar, "clear_automaton_cache", None)
@@ -363,9 +365,12 @@ class SurecallEngine(Engine):
         operands = getattr(automaton, "_operand_cache", None)
         if operands is not None:
             operands.clear()
-        utf8 = getattr(automaton, "utf8_sequences", None)
-        if utf8 is not None and hasattr(utf8, "cache_clear"):
-            utf8.cache_clear()
+        # Memoised pure functions: a format's language and a character class's spellings.
+        for module, name in ((automaton, "utf8_sequences"), (schema, "_format_language"),
+                             (schema_strings, "_encoded_char_ranges")):
+            memoised = getattr(module, name, None)
+            if memoised is not None and hasattr(memoised, "cache_clear"):
+                memoised.cache_clear()
 
 
 ENGINES: dict[str, type[Engine]] = {

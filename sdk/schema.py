@@ -24,6 +24,7 @@ import itertools
 import json
 import logging
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, NoReturn
 from urllib.parse import unquote, urldefrag, urljoin
 
@@ -604,19 +605,13 @@ class _Translator:
             return None
 
     def _format(self, name: str, pointer: str) -> Node | None:
-        from surecall.engine.regex import regex_to_ir
-
-        expression = FORMAT_PATTERNS.get(name)
-        if expression is None:
+        if name not in FORMAT_PATTERNS:
             from .validation import checked_formats
 
             if name in checked_formats():
                 self.unsupported("format", f"{pointer}/format", f"format {name!r} is not supported")
             return None
-        node = encode_regular(regex_to_ir(expression))
-        if name in FORMAT_MAX_LENGTH:
-            node = Intersect((node, repeat(ANY_STRING_CHAR, 0, FORMAT_MAX_LENGTH[name])))
-        return node
+        return _format_language(name)
 
     # -- arrays -------------------------------------------------------------------------------
     def _array(self, flat: Flat) -> Node:
@@ -1084,6 +1079,18 @@ def _strip_anchors(branch: str) -> tuple[str, bool, bool]:
             anchored_end = True
             branch = branch[:-1]
     return branch, anchored_start, anchored_end
+
+
+@lru_cache(maxsize=None)
+def _format_language(name: str) -> Node:
+    """The JSON string bodies of a supported format (one per format name: IR nodes are
+    immutable, so every schema shares it)."""
+    from surecall.engine.regex import regex_to_ir
+
+    node = encode_regular(regex_to_ir(FORMAT_PATTERNS[name]))
+    if name in FORMAT_MAX_LENGTH:
+        node = Intersect((node, repeat(ANY_STRING_CHAR, 0, FORMAT_MAX_LENGTH[name])))
+    return node
 
 
 def _prune_unproductive(rules: dict[str, Node]) -> dict[str, Node]:
