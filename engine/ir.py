@@ -22,6 +22,12 @@ class Node:
 
     __slots__ = ()
 
+    def __getstate__(self):
+        # The memoised hash is left out: string hashes differ from process to process.
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
+
 
 @dataclass(frozen=True)
 class Bytes(Node):
@@ -100,6 +106,25 @@ class Intersect(Node):
     items: tuple[Node, ...]
 
 
+def _hash_once(cls: type) -> None:
+    """Memoise the hash of a node: a dataclass hashes its whole subtree every time, and
+    compiled grammars are cached by their rules (shared subtrees would be hashed once
+    per path to them)."""
+    field_hash = cls.__hash__
+
+    def __hash__(self) -> int:
+        found = self.__dict__.get("_hash")
+        if found is None:
+            # Frozen dataclasses refuse attribute assignment; the instance dict takes it.
+            found = self.__dict__["_hash"] = field_hash(self)
+        return found
+
+    cls.__hash__ = __hash__
+
+
+for _node_class in (Bytes, ByteSet, CharSet, Seq, Alt, Repeat, Ref, AnyToken, Except, Intersect):
+    _hash_once(_node_class)
+
 EMPTY = Seq(())
 NOTHING = Alt(())
 
@@ -128,7 +153,7 @@ def seq(*items: Expr) -> Node:
             flat.extend(item.items)
         else:
             flat.append(item)
-    if any(item == NOTHING for item in flat):
+    if any(type(item) is Alt and not item.items for item in flat):
         return NOTHING
     merged: list[Node] = []
     for item in flat:
@@ -141,10 +166,12 @@ def seq(*items: Expr) -> Node:
 
 def alt(*items: Expr) -> Node:
     flat: list[Node] = []
+    seen: set[Node] = set()
     for item in map(lift, items):
         members = item.items if isinstance(item, Alt) else (item,)
         for member in members:
-            if member not in flat:
+            if member not in seen:
+                seen.add(member)
                 flat.append(member)
     return flat[0] if len(flat) == 1 else Alt(tuple(flat))
 
