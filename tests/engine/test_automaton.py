@@ -551,3 +551,24 @@ def test_threads_building_one_automaton_agree_with_one_thread():
     for number in range(4):
         assert [(a, len(items)) for a, items in results[number]] == [(a, len(items)) for a, items in expected]
     assert len(shared._index) == shared.num_configs == len(set(map(id, shared._configs)))
+
+
+def test_node_hashes_are_memoised_but_not_pickled():
+    import pickle
+    import subprocess
+    import sys
+
+    node = seq(alt(literal("ab"), chars([(0x61, 0x7A)])), star(DIGIT), Ref("x"))
+    assert hash(node) == hash(node) and "_hash" in node.__dict__
+    copied = pickle.loads(pickle.dumps(node))
+    assert copied == node and "_hash" not in copied.__dict__
+    # Another process hashes strings differently: a node from there must still be found by
+    # value next to the same node built here.
+    script = (
+        "import pickle, sys\n"
+        "from surecall.engine.ir import ByteSet, Ref, alt, chars, literal, seq, star\n"
+        "fresh = seq(alt(literal('ab'), chars([(0x61, 0x7A)])), star(ByteSet(((0x30, 0x39),))), Ref('x'))\n"
+        "print({pickle.loads(sys.stdin.buffer.read()): 'found'}.get(fresh))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(node), capture_output=True, check=True)
+    assert result.stdout.split() == [b"found"]
