@@ -222,9 +222,12 @@ def _byteset_mask(ranges) -> int:
 # IR -> NFA
 
 
-def recursive_rules(rules: dict[str, Node]) -> set[str]:
-    """Names of rules that can reach themselves through references (Tarjan's SCC)."""
-    graph = {name: sorted(set(_references_list(node)) & rules.keys()) for name, node in rules.items()}
+def recursive_rules(rules: dict[str, Node], references: dict[str, list[str]] | None = None) -> set[str]:
+    """Names of rules that can reach themselves through references (Tarjan's SCC).
+    ``references``: each rule's ``_references_list``, when known already."""
+    if references is None:
+        references = {name: _references_list(node) for name, node in rules.items()}
+    graph = {name: sorted(set(references[name]) & rules.keys()) for name in rules}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
@@ -334,7 +337,8 @@ class _NfaBuilder:
     def __init__(self, rules: dict[str, Node], start: str) -> None:
         self.rules = rules
         self.nfa = _Nfa()
-        self.recursive = recursive_rules(rules)
+        self._references = {name: _references_list(node) for name, node in rules.items()}
+        self.recursive = recursive_rules(rules, self._references)
         self._plain_memo: dict[int, tuple[Node, bool | None]] = {}
         self.called = self._choose_called_rules()
         self.rule_index: dict[str, int] = {}
@@ -354,8 +358,8 @@ class _NfaBuilder:
         self.sizes: dict[str, int] = {}
         self.node_sizes: dict[int, int] = {}
         self.ref_counts = ref_counts = {}
-        for node in self.rules.values():
-            for name in _references_list(node):
+        for names in self._references.values():
+            for name in names:
                 ref_counts[name] = ref_counts.get(name, 0) + 1
         self.called = called
         for name in self.rules:
