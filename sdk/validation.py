@@ -67,12 +67,18 @@ def _exact_multiple_of(validator, step, instance, schema):
         yield ValidationError(f"{instance!r} is not a multiple of {step}")
 
 
+#: Formats ``jsonschema`` checks only with an optional package surecall does not install
+#: (``rfc3987-syntax``, slow to import) and surecall cannot enforce: refused all the same.
+_CHECKABLE_ELSEWHERE = frozenset({"iri", "iri-reference"})
+
+
 @lru_cache(maxsize=1)
 def checked_formats() -> frozenset:
-    """The formats ``jsonschema`` can check in this environment."""
+    """The formats a schema may use only if surecall enforces them: those ``jsonschema``
+    can check in this environment, and those it checks with packages that may be missing."""
     import jsonschema
 
-    return frozenset(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
+    return frozenset(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers) | _CHECKABLE_ELSEWHERE
 
 
 def validate_json(value: Any, schema: Any, *, raw_text: str | None = None) -> Any:

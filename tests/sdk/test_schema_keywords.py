@@ -263,6 +263,15 @@ def test_format_expressions_compile(name):
     assert not grammar.accepts('""') or name == "uri-reference"
 
 
+@pytest.mark.parametrize("name", ["iri", "iri-reference", "idn-email", "regex"])
+def test_formats_surecall_cannot_enforce_are_refused_whatever_checkers_are_installed(name):
+    # iri and iri-reference are checked by jsonschema only with an optional package that is
+    # not installed with surecall: they are refused all the same, not silently ignored.
+    with pytest.raises(UnsupportedSchemaError, match=name):
+        grammar_from_schema({"type": "string", "format": name})
+    assert grammar_from_schema({"type": "string", "format": "x-unknown"}).accepts('"anything"')
+
+
 # -- property tests -----------------------------------------------------------------------
 
 decimals = st.decimals(min_value=-1000, max_value=1000, places=3, allow_nan=False, allow_infinity=False)
