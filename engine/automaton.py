@@ -222,11 +222,9 @@ def _byteset_mask(ranges) -> int:
 # IR -> NFA
 
 
-def recursive_rules(rules: dict[str, Node], references: dict[str, list[str]] | None = None) -> set[str]:
-    """Names of rules that can reach themselves through references (Tarjan's SCC).
-    ``references``: each rule's ``_references_list``, when known already."""
-    if references is None:
-        references = {name: _references_list(node) for name, node in rules.items()}
+def recursive_rules(rules: dict[str, Node], references: dict[str, list[str]]) -> set[str]:
+    """Names of rules that can reach themselves through references (Tarjan's SCC);
+    ``references`` holds each rule's ``_references_list``."""
     graph = {name: sorted(set(references[name]) & rules.keys()) for name in rules}
     index: dict[str, int] = {}
     low: dict[str, int] = {}

@@ -194,8 +194,8 @@ class UniqueItemsCheck:
 
     def refused_among(self, state: ScanState, datas: list[bytes]) -> list[int]:
         """The indices of ``datas`` that ``feed`` refuses from ``state``: the same answers
-        as feeding each, for tokens that keep the text JSON. Most are told apart without
-        scanning a copy of the text (see ``_quick_verdict``)."""
+        as feeding each, most of them found without scanning a copy of the text (see
+        ``_quick_verdict``)."""
         quick = self._quick_verdict(state)
         refused = []
         for index, data in enumerate(datas):
