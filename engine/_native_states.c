@@ -1498,7 +1498,7 @@ static int table_view(NfaTables *t, Py_buffer *table) {
 
 /* The scan of configuration ``config`` kept for its partly filled row, made (and its row
  * reset to the partition's fresh row) if there is none. A new reference; None when the row
- * is Python's to compute (no plain scan, or a partition not memoised yet). */
+ * is Python's to compute (no plain scan, or a partition the bound dict cannot make). */
 static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, int32_t *row) {
     PyObject *scan = PyDict_GetItemWithError(t->row_scans, config_number);
     if (scan != NULL) {
@@ -1516,11 +1516,14 @@ static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, in
     if (keys == NULL || PyList_Sort(keys) < 0 || (masks = PyList_AsTuple(keys)) == NULL) {
         goto fail;
     }
-    partition = PyDict_GetItemWithError(t->partitions, masks);
+    /* A partition not memoised yet is made by the dict's ``__missing__`` (the automaton's
+     * partitions); a plain dict without it leaves the row to Python. */
+    partition = PyObject_GetItem(t->partitions, masks);
     if (partition == NULL) {
-        if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
             goto fail;
         }
+        PyErr_Clear();
         Py_DECREF(keys);
         Py_DECREF(masks);
         Py_DECREF(by_mask);
@@ -1541,12 +1544,14 @@ static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, in
         Py_XDECREF(scan);
         goto fail;
     }
+    Py_DECREF(partition);
     Py_DECREF(keys);
     Py_DECREF(masks);
     Py_DECREF(by_mask);
     return scan;
 
 fail:
+    Py_XDECREF(partition);
     Py_XDECREF(keys);
     Py_XDECREF(masks);
     Py_DECREF(by_mask);
@@ -1675,7 +1680,7 @@ static PyObject *entry_locked(NfaTables *t, long config, int byte) {
 }
 
 /* Fill every entry of a plain-scan row not filled yet (``ByteAutomaton._compute_row_locked``):
- * True, or None when Python must finish the row (no plain scan, a partition not memoised,
+ * True, or None when Python must finish the row (no plain scan, a partition not made,
  * a closure meeting an intersection, no spare table row for a new configuration, or a
  * limit exceeded, which Python raises). */
 static PyObject *fill_row_locked(NfaTables *t, long config, int byte_unused) {

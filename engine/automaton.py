@@ -865,6 +865,61 @@ def _row_index(values: np.ndarray):
     return values
 
 
+def _bytes_of(bits: int, byte_sets: dict[int, np.ndarray]) -> np.ndarray:
+    """The bytes of a byte set (a 256-bit int), sorted, memoised in ``byte_sets``."""
+    found = byte_sets.get(bits)
+    if found is None:
+        flags = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
+        found = byte_sets[bits] = np.flatnonzero(flags)
+    return found
+
+
+def _partition(masks: list[int], byte_sets: dict[int, np.ndarray]) -> tuple:
+    """Split the bytes into the parts every byte set of ``masks`` either holds whole or
+    misses whole: (each byte's part, -1 for none, as an array and as a list; per part
+    the indices of the masks holding it; per part its bytes, as an index of a table row;
+    a row with the bytes of no part dead and the rest unknown). Rows of many
+    configurations scan the same byte sets: ``_Partitions`` memoises the split by them.
+    ``byte_sets`` memoises the bytes of each set."""
+    parts: list[tuple[int, list[int]]] = []
+    for index, mask in enumerate(masks):
+        refined = []
+        rest = mask
+        for bits, members in parts:
+            inside = bits & mask
+            if inside:
+                refined.append((inside, members + [index]))
+                rest &= ~inside
+                if inside != bits:
+                    refined.append((bits & ~mask, members))
+            else:
+                refined.append((bits, members))
+        if rest:
+            refined.append((rest, [index]))
+        parts = refined
+    part_of_byte = np.full(256, -1, dtype=np.intp)
+    part_bytes = [_bytes_of(bits, byte_sets) for bits, _members in parts]
+    for number, values in enumerate(part_bytes):
+        part_of_byte[values] = number
+    fresh_row = np.where(part_of_byte < 0, DEAD, _UNKNOWN).astype(np.int32)
+    targets = [_row_index(values) for values in part_bytes]
+    return part_of_byte, part_of_byte.tolist(), [members for _bits, members in parts], targets, fresh_row
+
+
+class _Partitions(dict):
+    """An automaton's row partitions by sorted byte sets, each made on its first lookup:
+    native row building looks them up too, and needs no Python fallback for a new one.
+    (It holds the automaton's byte-set memo, not the automaton: no reference cycle.)"""
+
+    def __init__(self, byte_sets: dict[int, np.ndarray]) -> None:
+        super().__init__()
+        self._byte_sets = byte_sets
+
+    def __missing__(self, masks: tuple[int, ...]) -> tuple:
+        found = self[masks] = _partition(list(masks), self._byte_sets)
+        return found
+
+
 def _grouped_pairs(pairs: np.ndarray):
     """(config, its bytes) from sorted ``config * 256 + byte`` keys."""
     configs = (pairs >> 8).tolist()
@@ -906,7 +961,8 @@ class ByteAutomaton:
         self._next_bytes: dict[int, bytes] = {}
         self._utf8_agreement: dict[tuple[int, int], bool] = {}
         self._byte_sets: dict[int, np.ndarray] = {}
-        self._partitions: dict[tuple[int, ...], list] = {}
+        # By sorted byte sets; made on first lookup, from native code too (see _Partitions).
+        self._partitions = _Partitions(self._byte_sets)
         self._table = np.full((64, 256), _UNKNOWN, dtype=np.int32)
         # The native entry computation finds the current table here.
         self._table_box = [self._table]
@@ -1179,9 +1235,7 @@ class ByteAutomaton:
             if by_mask is None:
                 return None
             masks = sorted(by_mask)
-            partition = self._partitions.get(tuple(masks))
-            if partition is None:
-                partition = self._partition(masks)
+            partition = self._partitions[tuple(masks)]
             scan = (by_mask, masks, partition)
         return scan
 
@@ -1236,38 +1290,6 @@ class ByteAutomaton:
                     # Read the table only now: interning new configurations may grow it.
                     self._table[cid, targets[part]] = successor
 
-    def _partition(self, masks: list[int]) -> tuple:
-        """Split the bytes into the parts every byte set of ``masks`` either holds whole or
-        misses whole: (each byte's part, -1 for none, as an array and as a list; per part
-        the indices of the masks holding it; per part its bytes, as an index of a table row;
-        a row with the bytes of no part dead and the rest unknown). Rows of many
-        configurations scan the same byte sets, so the split is memoised by them."""
-        parts: list[tuple[int, list[int]]] = []
-        for index, mask in enumerate(masks):
-            refined = []
-            rest = mask
-            for bits, members in parts:
-                inside = bits & mask
-                if inside:
-                    refined.append((inside, members + [index]))
-                    rest &= ~inside
-                    if inside != bits:
-                        refined.append((bits & ~mask, members))
-                else:
-                    refined.append((bits, members))
-            if rest:
-                refined.append((rest, [index]))
-            parts = refined
-        part_of_byte = np.full(256, -1, dtype=np.intp)
-        part_bytes = [self._bytes_of(bits) for bits, _members in parts]
-        for number, values in enumerate(part_bytes):
-            part_of_byte[values] = number
-        fresh_row = np.where(part_of_byte < 0, DEAD, _UNKNOWN).astype(np.int32)
-        targets = [_row_index(values) for values in part_bytes]
-        found = (part_of_byte, part_of_byte.tolist(), [members for _bits, members in parts], targets, fresh_row)
-        self._partitions[tuple(masks)] = found
-        return found
-
     def _plain_scans(self, cid: int) -> dict[int, tuple] | None:
         """Items after one byte, by the byte set that scans them, when that is all a row
         needs (no ``except!`` watches or intersections); else None."""
@@ -1297,13 +1319,6 @@ class ByteAutomaton:
         # Tuples: rows keep these until complete, and the garbage collector stops
         # tracking tuples of plain values, unlike lists.
         return {mask: tuple(scanned) for mask, scanned in by_mask.items()}
-
-    def _bytes_of(self, bits: int) -> np.ndarray:
-        found = self._byte_sets.get(bits)
-        if found is None:
-            flags = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
-            found = self._byte_sets[bits] = np.flatnonzero(flags)
-        return found
 
     def _compute_row_by_class(self, cid: int) -> None:
         if self._classes_by_mask is None:
