@@ -909,11 +909,11 @@ def _partition(masks: list[int], byte_sets: dict[int, np.ndarray]) -> tuple:
 class _Partitions(dict):
     """An automaton's row partitions by sorted byte sets, each made on its first lookup:
     native row building looks them up too, and needs no Python fallback for a new one.
-    (It holds the automaton's byte-set memo, not the automaton: no reference cycle.)"""
+    (It holds its own byte-set memo, not the automaton: no reference cycle.)"""
 
-    def __init__(self, byte_sets: dict[int, np.ndarray]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._byte_sets = byte_sets
+        self._byte_sets: dict[int, np.ndarray] = {}
 
     def __missing__(self, masks: tuple[int, ...]) -> tuple:
         found = self[masks] = _partition(list(masks), self._byte_sets)
@@ -960,9 +960,8 @@ class ByteAutomaton:
         self._after_any: dict[int, int] = {}
         self._next_bytes: dict[int, bytes] = {}
         self._utf8_agreement: dict[tuple[int, int], bool] = {}
-        self._byte_sets: dict[int, np.ndarray] = {}
         # By sorted byte sets; made on first lookup, from native code too (see _Partitions).
-        self._partitions = _Partitions(self._byte_sets)
+        self._partitions = _Partitions()
         self._table = np.full((64, 256), _UNKNOWN, dtype=np.int32)
         # The native entry computation finds the current table here.
         self._table_box = [self._table]
