@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
 
 #: Bytes after which whitespace, ``,``, ``]`` or ``}`` ends a number or literal in progress.
@@ -97,7 +97,7 @@ def canonical(value: Any) -> Any:
         return ("null",)
     if isinstance(value, bool):
         return ("bool", value)
-    if isinstance(value, (int, float, Decimal)):
+    if isinstance(value, (int, float, Decimal, _FarNumber)):
         return ("number", Decimal(value) if isinstance(value, float) else value)
     if isinstance(value, str):
         return ("string", value)
@@ -106,8 +106,33 @@ def canonical(value: Any) -> Any:
     return ("object", frozenset((key, canonical(item)) for key, item in value.items()))
 
 
+class _FarNumber(tuple):
+    """A nonzero number whose exponent is beyond what ``Decimal`` holds (``1e2000000000000000000``),
+    exactly: (sign, significant digits without trailing zeros, exponent of the last digit).
+    It equals no ``Decimal`` or ``int`` (none is that large or that small), and two such
+    numbers are equal exactly when these are."""
+
+
+def _exact_number(text: str) -> "Decimal | _FarNumber":
+    """A JSON number, exactly, of any size (``Decimal``s equal ``int``s of the same value)."""
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        pass
+    mantissa, _, exponent = text.lower().partition("e")
+    sign = mantissa.startswith("-")
+    whole, _, fraction = mantissa.lstrip("-").partition(".")
+    digits = (whole + fraction).lstrip("0")
+    if not digits:
+        return Decimal(0)
+    stripped = digits.rstrip("0")
+    return _FarNumber((sign, stripped, int(exponent or 0) - len(fraction) + len(digits) - len(stripped)))
+
+
 def _parse(text: bytes) -> Any:
-    return json.loads(text, parse_float=Decimal)
+    # Both kinds of number through _exact_number: Decimal takes exponents up to about 10**18
+    # and int() refuses more than 4,300 digits, and a JSON number may be larger still.
+    return json.loads(text, parse_float=_exact_number, parse_int=_exact_number)
 
 
 class _Frame:

@@ -57,6 +57,16 @@ def test_accepts_rejects_repeated_items(text, valid):
     assert grammar_from_schema(schema, whitespace="flexible").accepts(text.replace(",", " , ")) is valid
 
 
+def test_numbers_beyond_decimal_range_compare_by_value():
+    grammar = grammar_from_schema({"type": "array", "uniqueItems": True})
+    # Exponents past what Decimal holds (about 10**18), and more digits than int() reads.
+    assert not grammar.accepts("[0E1843183153432482441,0]")
+    assert not grammar.accepts("[1E2000000000000000000,10.0E1999999999999999999]")
+    assert grammar.accepts("[1E2000000000000000000,1E2000000000000000001,-1E2000000000000000000,1E-2000000000000000000]")
+    big = "1" + "0" * 5000
+    assert not grammar.accepts(f"[{big},1E5000]") and grammar.accepts(f"[{big},1E4999]")
+
+
 def test_canonical_values_follow_json_schema_equality():
     assert canonical(1) == canonical(1.0) and canonical(True) != canonical(1) and canonical(0) != canonical(False)
     assert canonical({"a": [1, {"b": None}]}) == canonical({"a": [1.0, {"b": None}]})
