@@ -799,18 +799,25 @@ const char plain_scans_doc[] = (
 
 /* A byte set (a non-negative int below 2**256) as 32 little-endian bytes; -1 on error. */
 static int bits_of_int(PyObject *mask, uint8_t bits[32]) {
-    PyObject *packed = PyObject_CallMethod(mask, "to_bytes", "is", 32, "little");
-    if (packed == NULL) {
+    if (!PyLong_Check(mask)) {
+        PyErr_SetString(PyExc_TypeError, "a byte set is not an int");
         return -1;
     }
-    if (!PyBytes_Check(packed) || PyBytes_GET_SIZE(packed) != 32) {
-        Py_DECREF(packed);
+#if PY_VERSION_HEX >= 0x030D0000
+    const Py_ssize_t needed = PyLong_AsNativeBytes(
+        mask, bits, 32, Py_ASNATIVEBYTES_LITTLE_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER | Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+    if (needed < 0) {
+        return -1;
+    }
+    if (needed > 32) {
         PyErr_SetString(PyExc_ValueError, "a byte set is not a 256-bit int");
         return -1;
     }
-    memcpy(bits, PyBytes_AS_STRING(packed), 32);
-    Py_DECREF(packed);
     return 0;
+#else
+    /* Raises OverflowError for a negative int or one past 256 bits. */
+    return _PyLong_AsByteArray((PyLongObject *)mask, bits, 32, 1, 0);
+#endif
 }
 
 /* The index of position ``p``'s mask among the distinct masks, -1 on error. */
@@ -1788,4 +1795,167 @@ int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t
     Py_DECREF(found);
     /* Past a limit, Python computes the entry again and raises the grammar error. */
     return after < -1 || after >= num_rows ? NATIVE_ENTRY_ASK_PYTHON : (int32_t)after;
+}
+
+/* ------------------------------------------------------------------ row partitions */
+
+/* The most byte sets ``partition`` splits by: each byte's membership is a 64-bit word. */
+#define MAX_PARTITION_SETS 64
+
+/* Parts in the order Python's refinement makes them (``automaton._partition``): of two
+ * parts, the one holding the byte set of the lowest index where their memberships differ
+ * comes first. */
+static int membership_order(const void *left, const void *right) {
+    const uint64_t a = *(const uint64_t *)left, b = *(const uint64_t *)right;
+    if (a == b) {
+        return 0;
+    }
+    const uint64_t differ = a ^ b;
+    return (a & differ & (~differ + 1)) ? -1 : 1;
+}
+
+/* The index of a part among the sorted ``memberships`` (there is one). */
+static Py_ssize_t part_index(const uint64_t *memberships, Py_ssize_t count, uint64_t membership) {
+    Py_ssize_t low = 0, high = count - 1;
+    while (low < high) {
+        const Py_ssize_t middle = (low + high) / 2;
+        if (membership_order(&memberships[middle], &membership) < 0) {
+            low = middle + 1;
+        } else {
+            high = middle;
+        }
+    }
+    return low;
+}
+
+/* The bytes of one part as an index of a table row: an int, a slice for a range, else a
+ * list of ints (as ``automaton._row_index``). */
+static PyObject *part_target(const Py_ssize_t *part_of_byte, Py_ssize_t part) {
+    int low = -1, high = -1, count = 0;
+    for (int b = 0; b < 256; b++) {
+        if (part_of_byte[b] == part) {
+            if (low < 0) {
+                low = b;
+            }
+            high = b;
+            count++;
+        }
+    }
+    if (count == 1) {
+        return PyLong_FromLong(low);
+    }
+    if (high - low + 1 == count) {
+        PyObject *start = PyLong_FromLong(low), *stop = PyLong_FromLong(high + 1);
+        PyObject *range = start && stop ? PySlice_New(start, stop, NULL) : NULL;
+        Py_XDECREF(start);
+        Py_XDECREF(stop);
+        return range;
+    }
+    PyObject *values = PyList_New(count);
+    for (int b = 0, i = 0; values != NULL && b < 256; b++) {
+        if (part_of_byte[b] == part) {
+            PyObject *value = PyLong_FromLong(b);
+            if (value == NULL) {
+                Py_CLEAR(values);
+                break;
+            }
+            PyList_SET_ITEM(values, i++, value);
+        }
+    }
+    return values;
+}
+
+const char partition_doc[] = (
+"partition(masks)\n"
+"\n"
+"As ``automaton._partition`` for a tuple of at most 64 byte sets (256-bit ints), with\n"
+"the two arrays as bytes (native ``intp`` and ``int32`` values) and the targets that are\n"
+"neither one byte nor a range as lists; None for more byte sets.");
+
+PyObject *partition(PyObject *self, PyObject *masks) {
+    (void)self;
+    if (!PyTuple_Check(masks)) {
+        PyErr_SetString(PyExc_TypeError, "partition: the byte sets are not a tuple");
+        return NULL;
+    }
+    const Py_ssize_t num_masks = PyTuple_GET_SIZE(masks);
+    if (num_masks > MAX_PARTITION_SETS) {
+        Py_RETURN_NONE;
+    }
+    uint64_t membership[256] = {0};
+    for (Py_ssize_t i = 0; i < num_masks; i++) {
+        uint8_t bits[32];
+        if (bits_of_int(PyTuple_GET_ITEM(masks, i), bits) < 0) {
+            return NULL;
+        }
+        for (int b = 0; b < 256; b++) {
+            membership[b] |= (uint64_t)((bits[b >> 3] >> (b & 7)) & 1) << i;
+        }
+    }
+    uint64_t parts[256];
+    Py_ssize_t num_parts = 0;
+    for (int b = 0; b < 256; b++) {
+        /* Byte sets are mostly ranges: a run of bytes with one membership is one entry. */
+        if (membership[b] && (b == 0 || membership[b] != membership[b - 1])) {
+            parts[num_parts++] = membership[b];
+        }
+    }
+    if (num_parts) {
+        qsort(parts, (size_t)num_parts, sizeof(uint64_t), membership_order);
+        Py_ssize_t distinct = 1;
+        for (Py_ssize_t i = 1; i < num_parts; i++) {
+            if (parts[i] != parts[distinct - 1]) {
+                parts[distinct++] = parts[i];
+            }
+        }
+        num_parts = distinct;
+    }
+    Py_ssize_t part_of_byte[256];
+    int32_t fresh_row[256];
+    for (int b = 0; b < 256; b++) {
+        part_of_byte[b] = membership[b] ? part_index(parts, num_parts, membership[b]) : -1;
+        fresh_row[b] = membership[b] ? UNKNOWN : DEAD;
+    }
+    PyObject *part_list = PyList_New(256), *members = PyList_New(num_parts), *targets = PyList_New(num_parts);
+    PyObject *result = NULL;
+    if (part_list == NULL || members == NULL || targets == NULL) {
+        goto done;
+    }
+    for (int b = 0; b < 256; b++) {
+        PyObject *value = PyLong_FromSsize_t(part_of_byte[b]);
+        if (value == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(part_list, b, value);
+    }
+    for (Py_ssize_t part = 0; part < num_parts; part++) {
+        PyObject *holding = PyList_New(0), *target = part_target(part_of_byte, part);
+        if (holding != NULL) {
+            PyList_SET_ITEM(members, part, holding);
+        }
+        if (target != NULL) {
+            PyList_SET_ITEM(targets, part, target);
+        }
+        if (holding == NULL || target == NULL) {
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < num_masks; i++) {
+            if ((parts[part] >> i) & 1) {
+                PyObject *index = PyLong_FromSsize_t(i);
+                int status = index == NULL ? -1 : PyList_Append(holding, index);
+                Py_XDECREF(index);
+                if (status < 0) {
+                    goto done;
+                }
+            }
+        }
+    }
+    result = Py_BuildValue("(y#OOOy#)", (const char *)part_of_byte, (Py_ssize_t)sizeof(part_of_byte), part_list,
+                           members, targets, (const char *)fresh_row, (Py_ssize_t)sizeof(fresh_row));
+
+done:
+    Py_XDECREF(part_list);
+    Py_XDECREF(members);
+    Py_XDECREF(targets);
+    return result;
 }

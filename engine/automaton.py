@@ -916,7 +916,16 @@ class _Partitions(dict):
         self._byte_sets: dict[int, np.ndarray] = {}
 
     def __missing__(self, masks: tuple[int, ...]) -> tuple:
-        found = self[masks] = _partition(list(masks), self._byte_sets)
+        made = native.states.partition(masks) if native.states is not None else None
+        if made is None:
+            found = _partition(list(masks), self._byte_sets)
+        else:
+            part_bytes, parts_of_bytes, parts, targets, fresh_bytes = made
+            found = (
+                np.frombuffer(part_bytes, dtype=np.intp), parts_of_bytes, parts, targets,
+                np.frombuffer(fresh_bytes, dtype=np.int32),
+            )
+        self[masks] = found
         return found
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from surecall.engine import automaton as automaton_module
 from surecall.engine import native
@@ -452,6 +454,45 @@ def test_native_rows_make_new_partitions_without_falling_back_to_python(monkeypa
     assert automaton.is_accepting(end) and not automaton.is_accepting(automaton.step_bytes(automaton.initial, b"cafe-1"))
     assert automaton.step_bytes(automaton.initial, b"cafe-1x") == DEAD
     assert not fallbacks and len(automaton._partitions) > made_before
+
+
+def _byte_set_strategy():
+    ranges = st.tuples(st.integers(0, 255), st.integers(0, 255)).map(
+        lambda bounds: automaton_module._range_mask(min(bounds), max(bounds))
+    )
+    scattered = st.integers(1, 2**256 - 1)
+    return st.one_of(ranges, scattered)
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_byte_set_strategy(), max_size=70, unique=True))
+def test_native_partition_is_pythons(byte_sets):
+    # Rows look partitions up by sorted byte sets; the native split must number the parts
+    # as Python's refinement does, so that both build the same configurations in the same order.
+    masks = tuple(sorted(byte_sets))
+    made = native.states.partition(masks)
+    if len(masks) > 64:
+        assert made is None
+        return
+    expected = automaton_module._partition(list(masks), {})
+    found = automaton_module._Partitions()[masks]
+    assert np.array_equal(found[0], expected[0]) and found[1] == expected[1] == expected[0].tolist()
+    assert found[2] == expected[2]
+    row = np.zeros(256, dtype=np.int32)
+    for part, (target, expected_target) in enumerate(zip(found[3], expected[3], strict=True)):
+        # Any index form will do, as long as it names the part's bytes.
+        marked, expected_marked = row.copy(), row.copy()
+        marked[target], expected_marked[expected_target] = 1, 1
+        assert np.array_equal(marked, expected_marked) and np.array_equal(np.flatnonzero(marked), np.flatnonzero(found[0] == part))
+    assert np.array_equal(found[4], expected[4])
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_partition_refuses_what_is_not_a_byte_set():
+    for malformed, error in (([1, 2], TypeError), ((-1,), OverflowError), ((2**256,), OverflowError), (("a",), TypeError)):
+        with pytest.raises(error):
+            native.states.partition(malformed)
 
 
 @pytest.mark.skipif(native.states is None, reason="the native extension is not built")
