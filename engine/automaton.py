@@ -349,6 +349,10 @@ class _NfaBuilder:
         # node itself (so that its id stays its own), how often it was emitted, and its
         # template once made (see _emit_composite).
         self._subtrees: dict[int, tuple] = {}
+        # Composite nodes emitted before with the same continuation, in the same rule body:
+        # (node, entry). The positions already there match the node and go on as a new copy
+        # would, so the new reference shares them.
+        self._emitted: dict[tuple[int, int, int], tuple] = {}
 
     # -- which rules are called instead of inlined ---------------------------------
     def _choose_called_rules(self) -> set[str]:
@@ -499,9 +503,14 @@ class _NfaBuilder:
         """Emit a Seq, Alt or Repeat; a node emitted ``_TEMPLATE_AFTER`` times leaves a
         template of its positions, which later emissions copy instead of walking its
         subtree again."""
+        shared = self._emitted.get((id(node), nxt, self.owner))
+        if shared is not None:
+            return shared[1]
         met = self._subtrees.get(id(node))
         if met is not None and met[2]:
-            return self._instantiate(met[2], nxt)
+            entry = self._instantiate(met[2], nxt)
+            self._emitted[(id(node), nxt, self.owner)] = (node, entry)
+            return entry
         nfa = self.nfa
         first, dead_end_before = len(nfa.kind), nfa.may_dead_end
         t = type(node)
@@ -522,6 +531,7 @@ class _NfaBuilder:
             if met[1] + 1 >= _TEMPLATE_AFTER and len(nfa.kind) - first >= _MIN_TEMPLATE_POSITIONS:
                 template = self._template(first, entry, nxt, dead_end_before) or False
             self._subtrees[id(node)] = (node, met[1] + 1, template)
+        self._emitted[(id(node), nxt, self.owner)] = (node, entry)
         return entry
 
     def _emit_repeat(self, node: Repeat, nxt: int) -> int:
