@@ -349,10 +349,11 @@ class _NfaBuilder:
         # node itself (so that its id stays its own), how often it was emitted, and its
         # template once made (see _emit_composite).
         self._subtrees: dict[int, tuple] = {}
-        # Composite nodes emitted before with the same continuation, in the same rule body:
-        # (node, entry). The positions already there match the node and go on as a new copy
-        # would, so the new reference shares them.
-        self._emitted: dict[tuple[int, int, int], tuple] = {}
+        # Nodes emitted before with the same continuation, in the same rule body: the
+        # positions already there match the node and go on as a new copy would, so a new
+        # reference shares them. Composite nodes by identity ((node, entry), the node kept
+        # so that its id stays its own), terminals by value (their entry).
+        self._emitted: dict[tuple, int | tuple] = {}
 
     # -- which rules are called instead of inlined ---------------------------------
     def _choose_called_rules(self) -> set[str]:
@@ -471,19 +472,14 @@ class _NfaBuilder:
 
     def emit(self, node: Node, nxt: int) -> int:
         t = type(node)
-        if t is Bytes:
-            value = node.value
-            if not value:
-                return nxt
-            first = len(self.nfa.kind)
-            outs = list(range(first + 1, first + len(value)))
-            outs.append(nxt)
-            return self.nfa.add_many(_BYTE, [1 << b for b in value], outs, -1, self.owner)
-        if t is ByteSet:
-            mask = _byteset_mask(node.ranges)
-            return self._new(_BYTE, mask, nxt) if mask else self._nothing()
-        if t is CharSet:
-            return self._emit_sequences(utf8_sequences(node.ranges, node.negated), nxt, -1)
+        if t is Bytes or t is ByteSet or t is CharSet:
+            # Terminals are shared by value (a literal or class written again), composite
+            # nodes by identity (see _emit_composite).
+            key = (node, nxt, self.owner)
+            entry = self._emitted.get(key)
+            if entry is None:
+                entry = self._emitted[key] = self._emit_terminal(node, nxt)
+            return entry
         if t is Seq or t is Alt or t is Repeat:
             return self._emit_composite(node, nxt)
         if t is Ref:
@@ -498,6 +494,21 @@ class _NfaBuilder:
         if t is Intersect:
             return self._emit_intersect(node, nxt)
         raise GrammarError(f"not a grammar node: {node!r}", rule=self.rule)
+
+    def _emit_terminal(self, node: Node, nxt: int) -> int:
+        t = type(node)
+        if t is Bytes:
+            value = node.value
+            if not value:
+                return nxt
+            first = len(self.nfa.kind)
+            outs = list(range(first + 1, first + len(value)))
+            outs.append(nxt)
+            return self.nfa.add_many(_BYTE, [1 << b for b in value], outs, -1, self.owner)
+        if t is ByteSet:
+            mask = _byteset_mask(node.ranges)
+            return self._new(_BYTE, mask, nxt) if mask else self._nothing()
+        return self._emit_sequences(utf8_sequences(node.ranges, node.negated), nxt, -1)
 
     def _emit_composite(self, node: Node, nxt: int) -> int:
         """Emit a Seq, Alt or Repeat; a node emitted ``_TEMPLATE_AFTER`` times leaves a

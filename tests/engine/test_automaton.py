@@ -83,6 +83,36 @@ def test_subtrees_emitted_many_times_are_copied_faithfully(monkeypatch):
     assert any(verdicts) and not all(verdicts)
 
 
+def test_a_subtree_met_again_with_the_same_continuation_shares_its_positions():
+    import re
+
+    # The tail is one node, reached from two arms with the same continuation (shared) and
+    # from a third followed by "!" (a position of its own).
+    def tail():
+        return seq(star(alt(literal("xy"), DIGIT)), optional(literal("\\u")), literal(";"))
+
+    def arms(first, second, third):
+        return alt(seq(literal("a"), first), seq(literal("b"), second), seq(literal("c"), third, literal("!")))
+
+    def positions(node) -> int:
+        # build_nfa itself: grammars with equal rules share one cached automaton.
+        return len(build_nfa({"start": node}, "start").kind)
+
+    one = tail()
+    factored_by_hand = alt(seq(alt(literal("a"), literal("b")), one), seq(literal("c"), one, literal("!")))
+    assert positions(arms(one, one, one)) <= positions(factored_by_hand)
+    # Equal but distinct tails share their terminals only.
+    assert positions(arms(one, one, one)) < positions(arms(tail(), tail(), tail()))
+    shared = Grammar.from_ir(arms(one, one, one))
+    apart = ByteAutomaton(build_nfa({"start": arms(tail(), tail(), tail())}, "start"))
+    pattern = re.compile(r"(?:[ab](?:xy|[0-9])*(?:\\u)?;)|c(?:xy|[0-9])*(?:\\u)?;!")
+    samples = ["axy12;", "b;", "b\\u;", "c7xy;!", "c;", "a;!", "bxyx;", "axy9\\u;", "cxy\\u;!", "b12"]
+    verdicts = [shared.accepts(text) for text in samples]
+    apart_verdicts = [apart.is_accepting(apart.step_bytes(apart.initial, text.encode())) for text in samples]
+    assert verdicts == [bool(pattern.fullmatch(text)) for text in samples] == apart_verdicts
+    assert any(verdicts) and not all(verdicts)
+
+
 def test_nullable_loop_body_terminates():
     g = Grammar({"start": star(star("a"))})
     assert g.accepts("") and g.accepts("aaaa") and not g.accepts("b")
