@@ -223,7 +223,12 @@ def strings_other_than(values: list[str]) -> Node:
             options.append(seq(encode_char_ranges([(ord(char), ord(char))]), build(node[char])))
         others = _subtract(others, _SURROGATES)
         if others:
-            options.append(seq(encode_char_ranges(others), any_rest))
+            # Known keys are mostly ASCII: the rest of the alphabet past ASCII is then the
+            # same class at every node, which the automaton builds once for all of them.
+            narrow = _subtract(others, (0x80, MAX_CODE_POINT))
+            wide = _subtract(others, (0, 0x7F))
+            first = alt(*(encode_char_ranges(part) for part in (narrow, wide) if part))
+            options.append(seq(first, any_rest))
         return alt(*options) if options else NOTHING
 
     return build(trie)

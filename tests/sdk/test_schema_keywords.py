@@ -376,6 +376,30 @@ def test_string_constants_accept_every_json_spelling_of_the_text(text):
     assert not grammar.accepts(json.dumps(text + "x", ensure_ascii=False))
 
 
+_KEY_ALPHABET = st.sampled_from(list("ab/é\"\\\n€😀"))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    known=st.lists(st.text(_KEY_ALPHABET, min_size=1, max_size=4), min_size=1, max_size=5, unique=True),
+    others=st.lists(st.text(_KEY_ALPHABET, max_size=5), max_size=6),
+)
+def test_extra_keys_are_exactly_the_keys_not_listed(known, others):
+    # The other-key language follows the known keys character by character and leaves them
+    # at any other character (ASCII or not): an unlisted key is one, a listed key is not
+    # (keys spelled as json.dumps spells them, with "/" escaped or not, see
+    # docs/schema-support.md).
+    schema = {"type": "object", "properties": {key: {"const": 0} for key in known}, "additionalProperties": {"const": 1}}
+    grammar = grammar_from_schema(schema, property_order="any")
+    candidates = others + [key[:-1] for key in known] + [key + "b" for key in known]
+    for key in known + candidates:
+        plain = json.dumps(key, ensure_ascii=False)
+        for spelled in {plain, plain.replace("/", "\\/")}:
+            listed = key in known
+            assert grammar.accepts("{" + spelled + ":0}") == listed, key
+            assert grammar.accepts("{" + spelled + ":1}") == (not listed), key
+
+
 def test_references_to_rules_with_no_finite_value_are_dropped_wherever_they_are_shared():
     # ``node`` must hold another ``node`` forever: no finite JSON value, so only the other
     # branch of each anyOf is left (the branches share the reference).
