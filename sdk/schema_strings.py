@@ -202,6 +202,14 @@ def encode_regular(node: Node) -> Node:
 ANY_DECODED_CHAR = _ANY_CODE_POINT
 
 
+#: Code points with escapes in JSON, the other ASCII ones, and the rest (see strings_other_than).
+_KEY_ZONES = (
+    ((0x00, 0x1F), (0x22, 0x22), (0x2F, 0x2F), (0x5C, 0x5C)),
+    ((0x20, 0x21), (0x23, 0x2E), (0x30, 0x5B), (0x5D, 0x7F)),
+    ((0x80, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, MAX_CODE_POINT)),
+)
+
+
 def strings_other_than(values: list[str]) -> Node:
     """JSON string bodies whose decoded value is none of ``values`` (built on a trie)."""
     trie: dict = {}
@@ -211,24 +219,38 @@ def strings_other_than(values: list[str]) -> Node:
             node = node.setdefault(char, {})
         node[None] = True
     any_rest = star(encode_char_ranges([(0, MAX_CODE_POINT)]))
+    # The characters leaving the keys at a node, by zone: known keys are mostly plain
+    # ASCII, so the characters with escapes and those past ASCII are whole zones at almost
+    # every node, one class each, which the automaton builds once for all of them.
+    whole_zones = [encode_char_ranges(list(zone)) for zone in _KEY_ZONES]
+
+    def leaving(codes: list[int]) -> list[Node]:
+        parts = []
+        for zone, whole in zip(_KEY_ZONES, whole_zones):
+            inside = [code for code in codes if any(low <= code <= high for low, high in zone)]
+            if not inside:
+                parts.append(whole)
+                continue
+            rest = list(zone)
+            for code in inside:
+                rest = _subtract(rest, (code, code))
+            if rest:
+                parts.append(encode_char_ranges(rest))
+        return parts
 
     def build(node: dict) -> Node:
         children = sorted(key for key in node if key is not None)
-        options: list[Node] = []
-        if None not in node:
-            options.append(EMPTY)
-        others = [(0, MAX_CODE_POINT)]
+        # The options are distinct by construction (the end of the string, one per next
+        # character, the rest of the alphabet) and none is an Alt: they make an Alt as
+        # they are, without alt()'s duplicate check, which hashes every new subtree.
+        options: list[Node] = [] if None in node else [EMPTY]
         for char in children:
-            others = _subtract(others, (ord(char), ord(char)))
             options.append(seq(encode_char_ranges([(ord(char), ord(char))]), build(node[char])))
-        others = _subtract(others, _SURROGATES)
-        if others:
-            # Known keys are mostly ASCII: the rest of the alphabet past ASCII is then the
-            # same class at every node, which the automaton builds once for all of them.
-            narrow = _subtract(others, (0x80, MAX_CODE_POINT))
-            wide = _subtract(others, (0, 0x7F))
-            first = alt(*(encode_char_ranges(part) for part in (narrow, wide) if part))
-            options.append(seq(first, any_rest))
-        return alt(*options) if options else NOTHING
+        parts = leaving([ord(char) for char in children])
+        if parts:
+            options.append(seq(parts[0] if len(parts) == 1 else Alt(tuple(parts)), any_rest))
+        if not options:
+            return NOTHING
+        return options[0] if len(options) == 1 else Alt(tuple(options))
 
     return build(trie)
