@@ -474,8 +474,14 @@ class _NfaBuilder:
         t = type(node)
         if t is Bytes or t is ByteSet or t is CharSet:
             # Terminals are shared by value (a literal or class written again), composite
-            # nodes by identity (see _emit_composite).
-            key = (node, nxt, self.owner)
+            # nodes by identity (see _emit_composite). The key holds the node's fields, not
+            # the node: their hashes are computed in C (bytes even keep theirs).
+            if t is Bytes:
+                key = (t, node.value, nxt, self.owner)
+            elif t is ByteSet:
+                key = (t, node.ranges, nxt, self.owner)
+            else:
+                key = (t, node.ranges, node.negated, nxt, self.owner)
             entry = self._emitted.get(key)
             if entry is None:
                 entry = self._emitted[key] = self._emit_terminal(node, nxt)
