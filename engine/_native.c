@@ -160,6 +160,93 @@ static void stepper_close(Stepper *stepper) {
     }
 }
 
+/* For the walk's subtree shortcut: per configuration met, the bytes found so far to lead
+ * it back to itself and those found not to (256-bit sets), in an open-addressing table. */
+typedef struct {
+    int32_t config; /* -1: empty slot */
+    uint64_t loops[4], leaves[4];
+} LoopEntry;
+
+typedef struct {
+    LoopEntry *slots;
+    Py_ssize_t capacity, used; /* capacity a power of two */
+} LoopCache;
+
+static int loop_cache_resize(LoopCache *cache, Py_ssize_t capacity) {
+    LoopEntry *slots = (LoopEntry *)malloc((size_t)capacity * sizeof(LoopEntry));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < capacity; i++) {
+        slots[i].config = -1;
+    }
+    for (Py_ssize_t i = 0; i < cache->capacity; i++) {
+        if (cache->slots[i].config >= 0) {
+            Py_ssize_t j = ((uint32_t)cache->slots[i].config * 2654435761u) & (capacity - 1);
+            while (slots[j].config >= 0) {
+                j = (j + 1) & (capacity - 1);
+            }
+            slots[j] = cache->slots[i];
+        }
+    }
+    free(cache->slots);
+    cache->slots = slots;
+    cache->capacity = capacity;
+    return 0;
+}
+
+static LoopEntry *loop_entry(LoopCache *cache, int32_t config) {
+    if ((cache->used + 1) * 4 > cache->capacity * 3 && loop_cache_resize(cache, cache->capacity ? cache->capacity * 2 : 64) < 0) {
+        return NULL;
+    }
+    Py_ssize_t j = ((uint32_t)config * 2654435761u) & (cache->capacity - 1);
+    while (cache->slots[j].config >= 0 && cache->slots[j].config != config) {
+        j = (j + 1) & (cache->capacity - 1);
+    }
+    LoopEntry *entry = &cache->slots[j];
+    if (entry->config < 0) {
+        entry->config = config;
+        memset(entry->loops, 0, sizeof(entry->loops));
+        memset(entry->leaves, 0, sizeof(entry->leaves));
+        cache->used++;
+    }
+    return entry;
+}
+
+/* Whether every byte of ``bytes`` (a 256-bit set) leads ``config`` back to itself, computing
+ * the entries it needs and stopping at the first that does not: 1, 0, or -1 with an
+ * exception set. ``stepper->table`` may be a new (grown) table afterwards. */
+static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, const uint64_t bytes[4]) {
+    LoopEntry *entry = loop_entry(cache, config);
+    if (entry == NULL) {
+        return -1;
+    }
+    for (int w = 0; w < 4; w++) {
+        if (bytes[w] & entry->leaves[w]) {
+            return 0;
+        }
+    }
+    for (int w = 0; w < 4; w++) {
+        uint64_t unknown = bytes[w] & ~entry->loops[w];
+        while (unknown) {
+            const int value = w * 64 + __builtin_ctzll(unknown);
+            const uint64_t bit = unknown & (~unknown + 1);
+            unknown &= unknown - 1;
+            int32_t after = ((const int32_t *)stepper->table.buf)[(Py_ssize_t)config * ROW_WIDTH + value];
+            if (after == UNKNOWN && (after = stepper_entry(stepper, config, value)) == UNKNOWN) {
+                return -1;
+            }
+            if (after != config) {
+                entry->leaves[w] |= bit;
+                return 0;
+            }
+            entry->loops[w] |= bit;
+        }
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(walk_doc,
 "walk(automaton, child_start, child_end, node_byte, token_start, token_ids, start_nodes, start_configs,\n"
 "     out_ids, out_ends)\n"
@@ -170,22 +257,29 @@ PyDoc_STRVAR(walk_doc,
 "asked of ``automaton.step``). The trie arrays are int32 except ``node_byte``\n"
 "(uint8). Tokens at the start nodes themselves are not reported. The token ids reached\n"
 "and the configuration after each are written to the writable int32 buffers ``out_ids``\n"
-"and ``out_ends``; returns how many (OverflowError when they hold too few).");
+"and ``out_ends``; returns how many (OverflowError when they hold too few).\n"
+"\n"
+"With the trie's ``subtree_tables`` (below_bytes, below_start, below_end, depth_first)\n"
+"as four more arguments, a node whose every byte below leads its configuration back to\n"
+"itself reports the tokens below it at once instead of walking them (in another order).");
 
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *automaton, *child_start_obj, *child_end_obj, *node_byte_obj, *token_start_obj, *token_ids_obj;
     PyObject *start_nodes_obj, *start_configs_obj;
+    PyObject *below_bytes_obj = NULL, *below_start_obj = NULL, *below_end_obj = NULL, *depth_first_obj = NULL;
     Py_buffer out_ids = {0}, out_ends = {0};
-    if (!PyArg_ParseTuple(args, "OOOOOOOOw*w*:walk", &automaton, &child_start_obj, &child_end_obj, &node_byte_obj,
+    if (!PyArg_ParseTuple(args, "OOOOOOOOw*w*|OOOO:walk", &automaton, &child_start_obj, &child_end_obj, &node_byte_obj,
                           &token_start_obj, &token_ids_obj, &start_nodes_obj, &start_configs_obj, &out_ids,
-                          &out_ends)) {
+                          &out_ends, &below_bytes_obj, &below_start_obj, &below_end_obj, &depth_first_obj)) {
         return NULL;
     }
     Stepper stepper = {0};
     Py_buffer child_start_view = {0}, child_end_view = {0}, node_byte_view = {0};
     Py_buffer token_start_view = {0}, token_ids_view = {0}, start_nodes_view = {0}, start_configs_view = {0};
+    Py_buffer below_bytes_view = {0}, below_start_view = {0}, below_end_view = {0}, depth_first_view = {0};
     IntList frontier_nodes = {0}, frontier_configs = {0}, next_nodes = {0}, next_configs = {0};
+    LoopCache loop_cache = {0};
     PyObject *result = NULL;
 
     if (get_int32_buffer(child_start_obj, &child_start_view, "child_start") < 0 ||
@@ -217,6 +311,30 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     }
     const int32_t *start_nodes = (const int32_t *)start_nodes_view.buf;
     const int32_t *start_configs = (const int32_t *)start_configs_view.buf;
+    /* The subtree shortcut, when its tables are given. */
+    const uint64_t *below_bytes = NULL;
+    const int32_t *below_start = NULL, *below_end = NULL, *depth_first = NULL;
+    if (below_bytes_obj != NULL) {
+        if (below_start_obj == NULL || below_end_obj == NULL || depth_first_obj == NULL) {
+            PyErr_SetString(PyExc_TypeError, "walk: the subtree tables are four arrays");
+            goto done;
+        }
+        if (PyObject_GetBuffer(below_bytes_obj, &below_bytes_view, PyBUF_SIMPLE) < 0 ||
+            get_int32_buffer(below_start_obj, &below_start_view, "below_start") < 0 ||
+            get_int32_buffer(below_end_obj, &below_end_view, "below_end") < 0 ||
+            get_int32_buffer(depth_first_obj, &depth_first_view, "depth_first") < 0) {
+            goto done;
+        }
+        if (below_bytes_view.len != num_nodes * 32 || below_start_view.len != child_start_view.len ||
+            below_end_view.len != child_start_view.len || depth_first_view.len != token_ids_view.len) {
+            PyErr_SetString(PyExc_ValueError, "walk: subtree tables of inconsistent lengths");
+            goto done;
+        }
+        below_bytes = (const uint64_t *)below_bytes_view.buf;
+        below_start = (const int32_t *)below_start_view.buf;
+        below_end = (const int32_t *)below_end_view.buf;
+        depth_first = (const int32_t *)depth_first_view.buf;
+    }
     if (int_list_reserve(&frontier_nodes, num_starts + 1) < 0 || int_list_reserve(&frontier_configs, num_starts + 1) < 0) {
         goto done;
     }
@@ -280,8 +398,36 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                     }
                 }
                 if (child_start[child] < child_end[child]) {
-                    next_nodes.data[next_nodes.size++] = child;
-                    next_configs.data[next_configs.size++] = after;
+                    /* A configuration that the first byte below leads elsewhere is most of
+                     * them: one table read rules the shortcut out before any lookup. */
+                    const uint8_t first_below = node_byte[child_start[child]];
+                    const int32_t *after_row = (const int32_t *)stepper.table.buf + (Py_ssize_t)after * ROW_WIDTH;
+                    int whole = 0;
+                    if (below_bytes != NULL && (after_row[first_below] == after || after_row[first_below] == UNKNOWN)) {
+                        whole = loops_on_all(&stepper, &loop_cache, after, below_bytes + (Py_ssize_t)child * 4);
+                        if (whole < 0) {
+                            goto done;
+                        }
+                        row = (const int32_t *)stepper.table.buf + (Py_ssize_t)config * ROW_WIDTH;
+                    }
+                    if (whole) {
+                        const int32_t low = below_start[child], high = below_end[child];
+                        if (low < 0 || high > num_tokens || low > high) {
+                            PyErr_SetString(PyExc_ValueError, "walk: subtree token range out of range");
+                            goto done;
+                        }
+                        if (found + (high - low) > room) {
+                            PyErr_SetString(PyExc_OverflowError, "walk: more tokens found than the output arrays hold");
+                            goto done;
+                        }
+                        for (int32_t k = low; k < high; k++) {
+                            ids[found] = depth_first[k];
+                            ends[found++] = after;
+                        }
+                    } else {
+                        next_nodes.data[next_nodes.size++] = child;
+                        next_configs.data[next_configs.size++] = after;
+                    }
                 }
             }
         }
@@ -298,7 +444,8 @@ done:
     stepper_close(&stepper);
     Py_buffer *views[] = {&child_start_view, &child_end_view, &node_byte_view,
                           &token_start_view, &token_ids_view, &start_nodes_view, &start_configs_view,
-                          &out_ids, &out_ends};
+                          &out_ids, &out_ends, &below_bytes_view, &below_start_view, &below_end_view,
+                          &depth_first_view};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
         if (views[i]->obj != NULL) {
             PyBuffer_Release(views[i]);
@@ -308,6 +455,7 @@ done:
     int_list_free(&frontier_configs);
     int_list_free(&next_nodes);
     int_list_free(&next_configs);
+    free(loop_cache.slots);
     return result;
 }
 

@@ -837,6 +837,7 @@ class Matcher(MatcherBase):
                     np.ascontiguousarray(configs, dtype=np.int32),
                     out_ids,
                     out_ends,
+                    *trie.subtree_tables,
                 )
                 break
             except OverflowError:

@@ -37,7 +37,9 @@ class TokenTrie:
       token_start[n + 1], token_ids[...]    -- tokens whose bytes end exactly at the node
     """
 
-    __slots__ = _ARRAY_FIELDS + ("_byte_blob", "_node_has_tokens", "token_nodes", "_first_bytes", "__weakref__")
+    __slots__ = _ARRAY_FIELDS + (
+        "_byte_blob", "_node_has_tokens", "token_nodes", "_first_bytes", "_subtree_tables", "__weakref__"
+    )
 
     def __init__(self, **arrays: np.ndarray) -> None:
         for name in _ARRAY_FIELDS:
@@ -50,6 +52,7 @@ class TokenTrie:
         counts = np.diff(self.token_start)
         self.token_nodes = np.repeat(np.arange(len(self.parent), dtype=np.int32), counts)
         self._first_bytes: np.ndarray | None = None
+        self._subtree_tables: tuple | None = None
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -149,6 +152,57 @@ class TokenTrie:
                 first[low:high] = first[self.parent[low:high]]
             self._first_bytes = first
         return self._first_bytes
+
+    @property
+    def subtree_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What a walk needs to take a node's whole subtree at once, computed on first use:
+        (the bytes on the edges below each node, as four uint64 words of a 256-bit set;
+        per node, the start and end in the last array of the tokens strictly below it;
+        the token ids in depth-first order, a node's own tokens before its children's).
+
+        A walk at a configuration that every byte below a node leads back to itself
+        allows every token below the node, ending at that configuration."""
+        if self._subtree_tables is None:
+            self._subtree_tables = self._make_subtree_tables()
+        return self._subtree_tables
+
+    def _make_subtree_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        num_nodes = self.num_nodes
+        own_tokens = np.diff(self.token_start).astype(np.int64)
+        below_bytes = np.zeros((num_nodes, 4), dtype=np.uint64)
+        subtree_tokens = own_tokens.copy()
+        edge_bits = np.zeros((num_nodes, 4), dtype=np.uint64)
+        edge_bits[np.arange(num_nodes), self.byte >> 6] = np.left_shift(np.uint64(1), (self.byte & 63).astype(np.uint64))
+        # Bottom up, a level at a time: a level's nodes are grouped by parent, so each
+        # parent's children are one run of the level.
+        for depth in range(self.max_depth, 0, -1):
+            low, high = int(self.level_start[depth]), int(self.level_start[depth + 1])
+            if low == high:
+                continue
+            parents = self.parent[low:high]
+            runs = np.flatnonzero(np.concatenate(([True], parents[1:] != parents[:-1])))
+            owners = parents[runs]
+            below_bytes[owners] = np.bitwise_or.reduceat(below_bytes[low:high] | edge_bits[low:high], runs, axis=0)
+            subtree_tokens[owners] += np.add.reduceat(subtree_tokens[low:high], runs)
+        # Top down: a node's tokens start after its parent's own tokens and the subtrees
+        # of its earlier siblings (children are ordered by byte, as tokens sort).
+        offset = np.zeros(num_nodes, dtype=np.int64)
+        for depth in range(1, self.max_depth + 1):
+            low, high = int(self.level_start[depth]), int(self.level_start[depth + 1])
+            if low == high:
+                continue
+            parents = self.parent[low:high]
+            sizes = subtree_tokens[low:high]
+            before = np.cumsum(sizes) - sizes
+            runs = np.flatnonzero(np.concatenate(([True], parents[1:] != parents[:-1])))
+            run_of = np.cumsum(np.concatenate(([True], parents[1:] != parents[:-1]))) - 1
+            offset[low:high] = offset[parents] + own_tokens[parents] + before - before[runs][run_of]
+        depth_first = np.empty(len(self.token_ids), dtype=np.int32)
+        rank = np.arange(len(self.token_ids), dtype=np.int64) - np.repeat(self.token_start[:-1].astype(np.int64), own_tokens)
+        depth_first[offset[self.token_nodes] + rank] = self.token_ids
+        below_start = (offset + own_tokens).astype(np.int32)
+        below_end = (offset + subtree_tokens).astype(np.int32)
+        return below_bytes, below_start, below_end, depth_first
 
     def child(self, node: int, byte: int) -> int:
         """The child of ``node`` along ``byte``, or -1."""

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from surecall.engine import native
 from surecall.engine.errors import TokenBudgetError
@@ -112,6 +114,91 @@ def test_native_walk_rejects_malformed_arguments(vocab):
         native.walk(*args, twice, twice, *out)
     found = native.walk(*args, twice, twice, np.empty(2 * room, dtype=np.int32), np.empty(2 * room, dtype=np.int32))
     assert found == 2 * len(trie.token_ids)
+    root = np.array([0], dtype=np.int32)
+    below_bytes, below_start, below_end, depth_first = trie.subtree_tables
+    with pytest.raises(TypeError, match="four arrays"):
+        native.walk(*args, root, root, *out, below_bytes, below_start)
+    with pytest.raises(ValueError, match="subtree tables of inconsistent lengths"):
+        native.walk(*args, root, root, *out, below_bytes[:-1], below_start, below_end, depth_first)
+    # Every byte loops on the only state: the root's children take their subtrees whole.
+    assert native.walk(*args, root, root, *out, *trie.subtree_tables) == len(trie.token_ids)
+    assert sorted(out[0][: len(trie.token_ids)].tolist()) == sorted(trie.token_ids.tolist())
+
+
+_TOKEN_BYTES = st.binary(min_size=1, max_size=6).map(lambda data: bytes(b % 8 + 0x61 for b in data))
+
+
+def _vocabulary_of(pieces):
+    from surecall.engine.vocab import TokenVocabulary
+
+    return TokenVocabulary([b"<eos>"] + sorted(set(pieces)), special_ids={0}, eos_token_ids={0})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_TOKEN_BYTES, min_size=1, max_size=60))
+def test_subtree_tables_list_the_tokens_and_bytes_below_each_node(pieces):
+    vocab = _vocabulary_of(pieces)
+    trie = vocab.trie
+    below_bytes, below_start, below_end, depth_first = trie.subtree_tables
+    spelled = {int(token): vocab.token_bytes(int(token)) for token in trie.token_ids}
+    for node in range(trie.num_nodes):
+        path = bytes(trie.byte[n] for n in reversed(_ancestors(trie, node)))
+        below = {token for token, data in spelled.items() if data.startswith(path) and len(data) > len(path)}
+        listed = depth_first[below_start[node]:below_end[node]].tolist()
+        assert sorted(listed) == sorted(below) and len(listed) == len(below)
+        expected_bits = 0
+        for token in below:
+            for value in spelled[token][len(path):]:
+                expected_bits |= 1 << value
+        assert sum(int(word) << (64 * i) for i, word in enumerate(below_bytes[node])) == expected_bits
+
+
+def _ancestors(trie, node: int) -> list[int]:
+    path = []
+    while node > 0:
+        path.append(node)
+        node = int(trie.parent[node])
+    return path
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+@settings(max_examples=80, deadline=None)
+@given(
+    pieces=st.lists(_TOKEN_BYTES, min_size=1, max_size=80),
+    loops=st.lists(st.sets(st.integers(0x61, 0x68)), min_size=1, max_size=4),
+    moves=st.lists(st.tuples(st.integers(0, 3), st.integers(0x61, 0x68), st.integers(0, 3)), max_size=10),
+    start=st.integers(0, 3),
+)
+def test_native_walk_taking_whole_subtrees_finds_what_the_plain_walk_finds(pieces, loops, moves, start):
+    # States loop on some letters and move or die on the others; where every byte below a
+    # trie node loops, the walk takes the node's tokens at once (through a lazy table that
+    # moves as it fills, as the automaton's does).
+    vocab = _vocabulary_of(pieces)
+    trie = vocab.trie
+    edges = {state: dict.fromkeys(looping, state) for state, looping in enumerate(loops)}
+    for source, value, target in moves:
+        if source < len(loops) and target < len(loops) and value not in edges[source]:
+            edges[source][value] = target
+    start %= len(loops)
+    found = {}
+    for tables in ((), trie.subtree_tables):
+        automaton = doubles.LazyTableAutomaton(edges, {0})
+        room = len(trie.token_ids)
+        ids, ends = np.empty(room, dtype=np.int32), np.empty(room, dtype=np.int32)
+        count = native.walk(
+            automaton, trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids,
+            np.array([0], dtype=np.int32), np.array([start], dtype=np.int32), ids, ends, *tables,
+        )
+        found[len(tables)] = sorted(zip(ids[:count].tolist(), ends[:count].tolist()))
+    reference = doubles.TableAutomaton(edges, {0})
+    expected = []
+    for token in trie.token_ids.tolist():
+        config = start
+        for value in vocab.token_bytes(token):
+            config = reference.step(config, value)
+        if config != DEAD:
+            expected.append((token, config))
+    assert found[0] == found[4] == sorted(expected)
 
 
 @pytest.mark.skipif(native.run_tails is None, reason="the native extension is not built")
