@@ -588,7 +588,14 @@ class _NfaBuilder:
                 self.nfa.rule_start.append(-1)
                 self.pending.append((index, name))
                 self.nfa.has_calls = True
-            return self._new(_CALL, 0, nxt, index)
+            key = (name, nxt, self.owner)
+            call = self._emitted.get(key)
+            if call is None:
+                call = self._emitted[key] = self._new(_CALL, 0, nxt, index)
+            return call
+        shared = self._emitted.get((id(self.rules[name]), nxt, self.owner))
+        if shared is not None:
+            return shared[1]
         template = self._templates.get(name)
         if template is not None:
             return self._instantiate(template, nxt)

@@ -113,6 +113,16 @@ def test_a_subtree_met_again_with_the_same_continuation_shares_its_positions():
     assert any(verdicts) and not all(verdicts)
 
 
+def test_calls_of_a_rule_with_the_same_continuation_share_one_position():
+    # ``r`` is recursive, so called: both arms of ``start`` call it and go on with ";".
+    rules = {"start": seq(alt(seq("a", Ref("r")), seq("b", Ref("r"))), ";"), "r": seq("(", optional(Ref("r")), ")")}
+    nfa = build_nfa(rules, "start")
+    assert nfa.kind.count(automaton_module._CALL) == 2  # one in start, one in r
+    grammar = Grammar(rules)
+    samples = ["a();", "b(());", "a(;", "c();", "b()", "a((()));"]
+    assert [grammar.accepts(text) for text in samples] == [True, True, False, False, False, True]
+
+
 def test_nullable_loop_body_terminates():
     g = Grammar({"start": star(star("a"))})
     assert g.accepts("") and g.accepts("aaaa") and not g.accepts("b")
