@@ -89,6 +89,8 @@ _MIN_TEMPLATE_POSITIONS = 8
 #: Limits that turn pathological grammars into a clear error instead of a hang.
 #: (``MAX_PRODUCT_STATES`` bounds the search that proves an intersection state can finish.)
 MAX_NFA_POSITIONS = 500_000
+#: How far past MAX_NFA_POSITIONS a grammar's size estimate may go before building is not tried.
+_ESTIMATE_SLACK = 4
 MAX_CONFIGS = 200_000
 MAX_ITEMS_PER_CONFIG = 50_000
 MAX_SEARCH_EXPANSIONS = 200_000
@@ -442,7 +444,10 @@ class _NfaBuilder:
     def build(self, start: str) -> _Nfa:
         nfa = self.nfa
         estimate = self.size(Ref(start)) + sum(self.rule_size(name) for name in self.called)
-        if estimate > MAX_NFA_POSITIONS:
+        # The estimate counts every copy; positions shared between copies (see _emit_composite)
+        # make the automaton smaller, often several times. Only a hopeless one fails here, the
+        # rest when the positions themselves pass the limit.
+        if estimate > _ESTIMATE_SLACK * MAX_NFA_POSITIONS:
             raise nfa.too_large()
         accept = nfa.add(_ACCEPT, 0, None, -1, -1)
         nfa.root = self.emit(Ref(start), accept)

@@ -113,6 +113,19 @@ def test_a_subtree_met_again_with_the_same_continuation_shares_its_positions():
     assert any(verdicts) and not all(verdicts)
 
 
+def test_a_grammar_estimated_past_the_limit_builds_when_shared_positions_fit():
+    # 120 keys before one tail: counted copy by copy, about 890,000 positions; shared,
+    # about 4,000.
+    tail = seq(*(alt(literal(f"<{i}>"), chars([(0x61 + i % 26, 0x7A)])) for i in range(500)))
+    grammar_ir = alt(*(seq(literal(f"k{i}:"), tail) for i in range(120)))
+    builder = automaton_module._NfaBuilder({"start": grammar_ir}, "start")
+    assert builder.size(Ref("start")) > automaton_module.MAX_NFA_POSITIONS
+    grammar = Grammar.from_ir(grammar_ir)
+    assert len(grammar.automaton._nfa.kind) < 20_000
+    text = "k17:" + "".join(f"<{i}>" if i % 3 else chr(0x7A) for i in range(500))
+    assert grammar.accepts(text) and not grammar.accepts("k120:" + text[4:])
+
+
 def test_calls_of_a_rule_with_the_same_continuation_share_one_position():
     # ``r`` is recursive, so called: both arms of ``start`` call it and go on with ";".
     rules = {"start": seq(alt(seq("a", Ref("r")), seq("b", Ref("r"))), ";"), "r": seq("(", optional(Ref("r")), ")")}
