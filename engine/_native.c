@@ -160,6 +160,34 @@ static void stepper_close(Stepper *stepper) {
     }
 }
 
+/* The walk's output: token ids and the configuration after each, ``found`` of ``room`` used. */
+typedef struct {
+    int32_t *ids, *ends;
+    Py_ssize_t found, room;
+} WalkOutput;
+
+/* Report ``tokens[first:last]`` as ending at ``after``; -1 with an exception set when the
+ * range lies outside the ``num_tokens`` tokens or the output is full. */
+static int report_tokens(const int32_t *tokens, int32_t first, int32_t last, Py_ssize_t num_tokens, int32_t after,
+                         WalkOutput *output) {
+    if (first >= last) {
+        return 0;
+    }
+    if (first < 0 || last > num_tokens) {
+        PyErr_SetString(PyExc_ValueError, "walk: a token range is out of range");
+        return -1;
+    }
+    if (output->found + (last - first) > output->room) {
+        PyErr_SetString(PyExc_OverflowError, "walk: more tokens found than the output arrays hold");
+        return -1;
+    }
+    for (int32_t k = first; k < last; k++) {
+        output->ids[output->found] = tokens[k];
+        output->ends[output->found++] = after;
+    }
+    return 0;
+}
+
 /* For the walk's subtree shortcut: per configuration met, the bytes found so far to lead
  * it back to itself and those found not to (256-bit sets), in an open-addressing table. */
 typedef struct {
@@ -300,9 +328,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     const Py_ssize_t num_nodes = child_start_view.len / (Py_ssize_t)sizeof(int32_t);
     const Py_ssize_t num_tokens = token_ids_view.len / (Py_ssize_t)sizeof(int32_t);
     const Py_ssize_t num_starts = start_nodes_view.len / (Py_ssize_t)sizeof(int32_t);
-    int32_t *ids = (int32_t *)out_ids.buf, *ends = (int32_t *)out_ends.buf;
-    const Py_ssize_t room = (out_ids.len < out_ends.len ? out_ids.len : out_ends.len) / (Py_ssize_t)sizeof(int32_t);
-    Py_ssize_t found = 0;
+    WalkOutput output = {(int32_t *)out_ids.buf, (int32_t *)out_ends.buf, 0,
+                         (out_ids.len < out_ends.len ? out_ids.len : out_ends.len) / (Py_ssize_t)sizeof(int32_t)};
     if (child_end_view.len != child_start_view.len || node_byte_view.len != num_nodes ||
         token_start_view.len != (num_nodes + 1) * (Py_ssize_t)sizeof(int32_t) ||
         start_configs_view.len != start_nodes_view.len) {
@@ -382,20 +409,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                     PyErr_SetString(PyExc_ValueError, "walk: transition table holds an out-of-range configuration");
                     goto done;
                 }
-                const int32_t first = token_start[child], last = token_start[child + 1];
-                if (first < last) {
-                    if (first < 0 || last > num_tokens) {
-                        PyErr_SetString(PyExc_ValueError, "walk: token_start out of range");
-                        goto done;
-                    }
-                    if (found + (last - first) > room) {
-                        PyErr_SetString(PyExc_OverflowError, "walk: more tokens found than the output arrays hold");
-                        goto done;
-                    }
-                    for (int32_t k = first; k < last; k++) {
-                        ids[found] = token_ids[k];
-                        ends[found++] = after;
-                    }
+                if (report_tokens(token_ids, token_start[child], token_start[child + 1], num_tokens, after, &output) < 0) {
+                    goto done;
                 }
                 if (child_start[child] < child_end[child]) {
                     /* A configuration that the first byte below leads elsewhere is most of
@@ -411,18 +426,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                         row = (const int32_t *)stepper.table.buf + (Py_ssize_t)config * ROW_WIDTH;
                     }
                     if (whole) {
-                        const int32_t low = below_start[child], high = below_end[child];
-                        if (low < 0 || high > num_tokens || low > high) {
-                            PyErr_SetString(PyExc_ValueError, "walk: subtree token range out of range");
+                        if (report_tokens(depth_first, below_start[child], below_end[child], num_tokens, after, &output) < 0) {
                             goto done;
-                        }
-                        if (found + (high - low) > room) {
-                            PyErr_SetString(PyExc_OverflowError, "walk: more tokens found than the output arrays hold");
-                            goto done;
-                        }
-                        for (int32_t k = low; k < high; k++) {
-                            ids[found] = depth_first[k];
-                            ends[found++] = after;
                         }
                     } else {
                         next_nodes.data[next_nodes.size++] = child;
@@ -438,7 +443,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         frontier_configs = next_configs;
         next_configs = swap;
     }
-    result = PyLong_FromSsize_t(found);
+    result = PyLong_FromSsize_t(output.found);
 
 done:
     stepper_close(&stepper);
