@@ -148,7 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         if recheck_ids is not None and (subset, schema_id) not in recheck_ids:
             continue
         per_subset_seen[group] += 1
-        category, detail, left_out = classify(schema, tests, property_order=args.property_order, time_limit=args.time_limit)
+        try:
+            category, detail, left_out = classify(schema, tests, property_order=args.property_order, time_limit=args.time_limit)
+        except _Timeout:
+            # The timer ran out just as classify was stopping it (inside its finally clause).
+            category, detail, left_out = "compile_error", f"time limit ({args.time_limit} CPU s)", 0
         disagreements += left_out
         counts[subset][category] += 1
         if category == "compile_error":

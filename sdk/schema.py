@@ -113,6 +113,10 @@ ANY_ORDER_MAX_PROPERTIES = 8
 ANY_ORDER_MAX_LITERAL_MEMBERS = 5
 """Objects in ``enum``/``const`` with at most this many members are accepted in any order (``property_order="any"``)."""
 
+MAX_SCHEMA_NESTING = 64
+"""Most subschemas nested inside one another that are translated (recursion through a plain
+``$ref`` is a rule calling itself and does not count)."""
+
 
 class UnsupportedSchemaError(ValueError):
     """A schema keyword surecall cannot enforce (``keyword`` at JSON pointer ``pointer``)."""
@@ -184,7 +188,10 @@ def translate_schema(schema: Any, *, whitespace: str = "compact", lenient: bool 
         raise ValueError(f"property_order must be 'schema' or 'any', got {property_order!r}")
     json_schema = to_json_schema(schema)
     translator = _Translator(json_schema, whitespace=whitespace, lenient=lenient, property_order=property_order)
-    start = translator.translate_root()
+    try:
+        start = translator.translate_root()
+    except RecursionError as error:
+        raise UnsupportedSchemaError("schema", "#", "the schema nests too deeply to translate") from error
     rules = _prune_unproductive({"start": start, **translator.rules})
     if "start" not in rules:
         raise UnsatisfiableSchemaError("schema", "#", "the schema admits no value")
@@ -346,6 +353,7 @@ class _Translator:
         self._sub_rules: dict[tuple, tuple[str, Sub]] = {}
         self._counter = 0
         self._count_rules: dict[tuple, str] = {}
+        self._nesting = 0
         legacy = _legacy_draft(root)
         # Up to draft 4, "integer" excludes 1.0
         self.plain_integers = _declares_draft(root, ("draft-04", "draft-03"))
@@ -390,6 +398,18 @@ class _Translator:
         known = self._sub_rules.get(key)
         if known is not None:
             return Ref(known[0])
+        # Recursion through a reference is a rule calling itself; a subschema that combines
+        # a reference with other keywords is a new position at every level, so such a
+        # schema would unroll until Python's stack ran out.
+        if self._nesting >= MAX_SCHEMA_NESTING:
+            self.fatal("$ref", sub.parts[0].pointer, f"subschemas nest more than {MAX_SCHEMA_NESTING} levels deep")
+        self._nesting += 1
+        try:
+            return self._translate_new_sub(sub, key, as_rule)
+        finally:
+            self._nesting -= 1
+
+    def _translate_new_sub(self, sub: Sub, key: tuple, as_rule: bool) -> Node:
         alternatives = self.normalizer.flatten_sub(sub)
         if len(alternatives) == 1 and alternatives[0].ref is not None:
             return self._ref(alternatives[0].ref)

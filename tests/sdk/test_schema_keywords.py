@@ -400,6 +400,22 @@ def test_extra_keys_are_exactly_the_keys_not_listed(known, others):
             assert grammar.accepts("{" + spelled + ":1}") == (not listed), key
 
 
+def nested_objects(depth: int) -> dict:
+    schema: dict = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+def test_subschemas_nest_up_to_a_limit_with_a_clear_error_past_it():
+    from surecall.schema import MAX_SCHEMA_NESTING
+
+    deep = MAX_SCHEMA_NESTING - 2
+    assert grammar_from_schema(nested_objects(deep)).accepts('{"a":' * deep + "7" + "}" * deep)
+    with pytest.raises(UnsupportedSchemaError, match=f"nest more than {MAX_SCHEMA_NESTING} levels"):
+        grammar_from_schema(nested_objects(MAX_SCHEMA_NESTING + 5))
+
+
 def test_references_to_rules_with_no_finite_value_are_dropped_wherever_they_are_shared():
     # ``node`` must hold another ``node`` forever: no finite JSON value, so only the other
     # branch of each anyOf is left (the branches share the reference).
