@@ -525,13 +525,14 @@ class _NfaBuilder:
         """Emit a Seq, Alt or Repeat; a node emitted ``_TEMPLATE_AFTER`` times leaves a
         template of its positions, which later emissions copy instead of walking its
         subtree again."""
-        shared = self._emitted.get((id(node), nxt, self.owner))
+        key = (id(node), nxt, self.owner)
+        shared = self._emitted.get(key)
         if shared is not None:
             return shared[1]
         met = self._subtrees.get(id(node))
         if met is not None and met[2]:
             entry = self._instantiate(met[2], nxt)
-            self._emitted[(id(node), nxt, self.owner)] = (node, entry)
+            self._emitted[key] = (node, entry)
             return entry
         nfa = self.nfa
         first, dead_end_before = len(nfa.kind), nfa.may_dead_end
@@ -553,7 +554,7 @@ class _NfaBuilder:
             if met[1] + 1 >= _TEMPLATE_AFTER and len(nfa.kind) - first >= _MIN_TEMPLATE_POSITIONS:
                 template = self._template(first, entry, nxt, dead_end_before) or False
             self._subtrees[id(node)] = (node, met[1] + 1, template)
-        self._emitted[(id(node), nxt, self.owner)] = (node, entry)
+        self._emitted[key] = (node, entry)
         return entry
 
     def _emit_repeat(self, node: Repeat, nxt: int) -> int:

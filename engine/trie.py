@@ -180,7 +180,7 @@ class TokenTrie:
             if low == high:
                 continue
             parents = self.parent[low:high]
-            runs = np.flatnonzero(np.concatenate(([True], parents[1:] != parents[:-1])))
+            runs = np.flatnonzero(_run_starts(parents))
             owners = parents[runs]
             below_bytes[owners] = np.bitwise_or.reduceat(below_bytes[low:high] | edge_bits[low:high], runs, axis=0)
             subtree_tokens[owners] += np.add.reduceat(subtree_tokens[low:high], runs)
@@ -194,9 +194,9 @@ class TokenTrie:
             parents = self.parent[low:high]
             sizes = subtree_tokens[low:high]
             before = np.cumsum(sizes) - sizes
-            runs = np.flatnonzero(np.concatenate(([True], parents[1:] != parents[:-1])))
-            run_of = np.cumsum(np.concatenate(([True], parents[1:] != parents[:-1]))) - 1
-            offset[low:high] = offset[parents] + own_tokens[parents] + before - before[runs][run_of]
+            starts = _run_starts(parents)
+            run_of = np.cumsum(starts) - 1
+            offset[low:high] = offset[parents] + own_tokens[parents] + before - before[np.flatnonzero(starts)][run_of]
         depth_first = np.empty(len(self.token_ids), dtype=np.int32)
         rank = np.arange(len(self.token_ids), dtype=np.int64) - np.repeat(self.token_start[:-1].astype(np.int64), own_tokens)
         depth_first[offset[self.token_nodes] + rank] = self.token_ids
@@ -252,6 +252,11 @@ class TokenTrie:
 
 
 # ------------------------------------------------------------------- helpers
+def _run_starts(parents: np.ndarray) -> np.ndarray:
+    """Where each run of siblings starts in a level's parents (grouped by parent)."""
+    return np.concatenate(([True], parents[1:] != parents[:-1]))
+
+
 def distinct(values: np.ndarray, *, return_inverse: bool = False):
     """Sorted distinct values (and, optionally, each value's index among them).
 
