@@ -31,6 +31,7 @@ as one copy of ``x`` between a ``COUNT_ENTER`` and a ``COUNT_HUB`` position: the
 items of the body carry the iteration count, and the hub either starts another
 iteration (below ``n``) or leaves (from ``m`` on). The automaton is the same as with
 ``n`` unrolled copies, but the NFA, and the time to build it, no longer grow with ``n``.
+``x{m,}`` with a large ``m`` counts its first ``m`` copies the same way.
 
 Intersections run their (regular) operands as separate automata in lockstep; a
 product state is only kept if some byte string completes every operand at once, so
@@ -44,6 +45,7 @@ its bytes is first asked for; a whole row (``row``, ``next_bytes``) computes eve
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import threading
 from collections import defaultdict
@@ -569,6 +571,10 @@ class _NfaBuilder:
             body = self.emit(node.item, hub)
             nfa.out[hub] = (body, nxt)
             return self._new(_COUNT_ENTER, out=(body, nxt), arg=counter)
+        if hi is None and lo >= COUNTER_MIN and self._plain_nullable(node.item) is False:
+            # x{m,} as x{m} (counted) then x*
+            loop = self._emit_repeat(Repeat(node.item, 0, None), nxt)
+            return self._emit_repeat(Repeat(node.item, lo, lo), loop)
         if hi is None:
             hub = self._new(_EPS, out=[])
             body = self.emit(node.item, hub)
@@ -1027,6 +1033,7 @@ class ByteAutomaton:
         # first use, and looked up per position as rows need them.
         self._classes_by_mask: dict[int, tuple[int, ...]] | None = None
         self._consumed_masks: frozenset[int] | None = None
+        self._count_bound_list: list[int] | None = None
         self._native = self._native_tables()
         if self._native is not None:
             native.states.bind(
@@ -1597,6 +1604,58 @@ class ByteAutomaton:
                 nxt = self._entry(config, b)
             config = nxt
         return config
+
+    # -- counted chains ------------------------------------------------------------------
+    def count_shift_span(self, config: int, successor: int) -> int:
+        """How many more steps a move from ``config`` to ``successor`` repeats by counting.
+
+        A move is one character (however many bytes), the same one or ones each time.
+        When ``successor`` holds exactly ``config``'s items with every iteration count one
+        higher, the move from ``count_shifted(config, s)`` leads to
+        ``count_shifted(config, s + 1)`` for every ``s`` up to the returned span: a
+        counter's items move alike at every count until a count reaches some counted
+        repetition's lower or upper bound, where a counter's hub starts or stops letting
+        the repetition leave or go on. Else 0.
+        """
+        if not self._nfa.counters or config < 0 or successor < 0:
+            return 0
+        counts = set()
+        moved = []
+        for item in self._configs[config]:
+            p, o, w, t = item
+            if o is not None and o[0] == SELF:
+                return 0  # the origin names the configuration itself, which a shift changes
+            if type(t) is int:
+                counts.add(t)
+                moved.append((p, o, w, t + 1))
+            else:
+                moved.append(item)
+        if not counts or frozenset(moved) != self._configs[successor]:
+            return 0
+        bounds = self._count_bounds()
+        span = MAX_CONFIGS
+        for count in counts:
+            # The move from count ``c`` decides at the hub with ``c + 1`` iterations done;
+            # the decisions stay those of ``count + 1`` below the next bound above it.
+            above = bisect.bisect_right(bounds, count + 1)
+            if above < len(bounds):
+                span = min(span, bounds[above] - count - 2)
+        return max(span, 0)
+
+    def count_shifted(self, config: int, by: int) -> int:
+        """The configuration of ``config``'s items with every iteration count ``by`` higher
+        (see ``count_shift_span``: it is the one ``by`` moves lead to within the span)."""
+        items = _frozen(
+            [(p, o, w, t + by) if type(t) is int else (p, o, w, t) for p, o, w, t in self._configs[config]]
+        )
+        with self._lock:
+            return self._intern(items)
+
+    def _count_bounds(self) -> list[int]:
+        bounds = self._count_bound_list
+        if bounds is None:
+            bounds = self._count_bound_list = sorted({bound for pair in self._nfa.counters for bound in pair})
+        return bounds
 
     def step_many(self, configs, bytes_) -> np.ndarray:
         """Vectorised ``step`` over arrays of configurations and bytes (broadcast together)."""

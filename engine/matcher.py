@@ -937,6 +937,7 @@ class Matcher(MatcherBase):
         chain = np.full(group.max_chars + 1, DEAD, dtype=np.int32)
         chain[0] = config
         current, count = successor, 1
+        shift_span = getattr(self.automaton, "count_shift_span", None)
         while current != DEAD and count <= group.max_chars:
             chain[count] = current
             # The character read from here is the (count + 1)-th of the token.
@@ -946,6 +947,15 @@ class Matcher(MatcherBase):
             if following == current:
                 chain[count:] = current
                 break
+            if shift_span is not None and count < group.max_chars:
+                # Inside a counted repetition (a string's maxLength) the chain only counts
+                # on: its configurations follow without computing their moves.
+                span = min(shift_span(current, following), group.max_chars - count - 1)
+                if span > 0:
+                    chain[count + 1] = following
+                    for ahead in range(1, span + 1):
+                        chain[count + 1 + ahead] = self.automaton.count_shifted(current, ahead + 1)
+                    following, count = int(chain[count + 1 + span]), count + span
             current, count = following, count + 1
         return chain
 

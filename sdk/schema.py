@@ -101,9 +101,6 @@ PATTERN_CLASSES_MAX_PATTERNS = 6
 UNIQUE_MAX_VALUES = 8
 """``uniqueItems`` is enforced when the items are one of at most this many known values."""
 
-COUNT_SPLIT = 48
-"""Length limits above this are built from halves (see ``_Translator._counted``)."""
-
 MAX_WHITESPACE = 16
 """Most whitespace characters at one place in ``whitespace="flexible"`` mode."""
 
@@ -352,7 +349,6 @@ class _Translator:
         self._ref_rules: dict[int, str] = {}
         self._sub_rules: dict[tuple, tuple[str, Sub]] = {}
         self._counter = 0
-        self._count_rules: dict[tuple, str] = {}
         self._nesting = 0
         legacy = _legacy_draft(root)
         # Up to draft 4, "integer" excludes 1.0
@@ -555,11 +551,8 @@ class _Translator:
         if flat.min_length or flat.max_length is not None:
             if flat.max_length is not None and flat.max_length < flat.min_length:
                 return NOTHING
-            constrained = flat.string_patterns or flat.formats or any(isinstance(v, str) for v in flat.exclude)
-            if constrained:
-                parts.append(repeat(COUNTED_STRING_CHAR, flat.min_length, flat.max_length))
-            else:
-                parts.append(self._counted(COUNTED_STRING_CHAR, flat.min_length, flat.max_length))
+            # One counted repetition: the automaton keeps one copy of a character and counts.
+            parts.append(repeat(COUNTED_STRING_CHAR, flat.min_length, flat.max_length))
         for pattern in flat.string_patterns:
             node = self._pattern(pattern, f"{flat.pointer}/pattern")
             if node is not None:
@@ -574,35 +567,6 @@ class _Translator:
         if not parts:
             return ANY_STRING_BODY
         return parts[0] if len(parts) == 1 else Intersect(tuple(parts))
-
-    def _counted(self, unit: Node, low: int, high: int | None) -> Node:
-        """``unit`` repeated low..high times.
-
-        Long counts are split into halves held by shared rules, so the automaton grows with
-        log(count) instead of count. The split is unambiguous (every length has one parse),
-        which keeps the matcher's state small.
-        """
-        def exactly(n: int) -> Node:
-            if n <= COUNT_SPLIT:
-                return repeat(unit, n, n)
-            return self._count_rule(("exactly", unit, n), lambda: seq(exactly(n // 2), exactly(n - n // 2)))
-
-        def up_to(n: int) -> Node:
-            if n <= COUNT_SPLIT:
-                return repeat(unit, 0, n)
-            half = (n + 1) // 2
-            # at least `half` units, or fewer: the two branches never match the same text
-            return self._count_rule(("up_to", unit, n), lambda: alt(seq(exactly(half), up_to(n - half)), up_to(half - 1)))
-
-        return seq(exactly(low), star(unit) if high is None else up_to(high - low))
-
-    def _count_rule(self, key: tuple, build) -> Node:
-        name = self._count_rules.get(key)
-        if name is None:
-            name = self._name("count")
-            self._count_rules[key] = name
-            self.rules[name] = build()
-        return Ref(name)
 
     def _pattern(self, pattern: Any, pointer: str) -> Node | None:
         from surecall.engine.regex import regex_to_ir

@@ -680,3 +680,44 @@ def test_node_hashes_are_memoised_but_not_pickled():
     )
     result = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(node), capture_output=True, check=True)
     assert result.stdout.split() == [b"found"]
+
+
+def test_unbounded_repetition_counts_its_required_copies():
+    few = Grammar({"start": repeat(chars([(0x61, 0x7A)]), 5, None)}).automaton
+    many = Grammar({"start": repeat(chars([(0x61, 0x7A)]), 3000, None)}).automaton
+    assert len(many._nfa.kind) == len(few._nfa.kind)
+    grammar = Grammar({"start": seq(literal("<"), repeat(chars([(0x61, 0x7A), (0xE9, 0xE9)]), 300, None), literal(">"))})
+    for count, expected in ((299, False), (300, True), (301, True), (1000, True)):
+        assert grammar.accepts("<" + "é" * count + ">") == expected, count
+
+
+_COUNTED_CHAR = alt(chars([(0x61, 0x7A), (0xE9, 0xE9), (0x65E5, 0x65E5)]), literal("\\n"))
+
+
+@given(
+    low=st.integers(0, 12),
+    extra=st.integers(0, 40),
+    then=st.sampled_from([None, "x", "second"]),
+    count=st.integers(0, 50),
+    char=st.sampled_from(["a", "é", "日", "\\n"]),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_counted_move_repeats_by_counting_within_its_span(low, extra, then, count, char):
+    # After ``count`` characters of a counted repetition, one more leads to the same items
+    # counted once more; within the span the automaton reports, every further character
+    # leads where counting on says, across both repetitions' bounds when two follow.
+    high = max(low + extra, 4)
+    tail = {None: literal(">"), "x": seq(optional(literal("x")), literal(">")),
+            "second": seq(repeat(_COUNTED_CHAR, 2, 9), literal(">"))}[then]
+    automaton = Grammar({"start": seq(literal("<"), repeat(_COUNTED_CHAR, low, high), tail)}).automaton
+    start = automaton.step_bytes(automaton.initial, b"<")
+    unit = char.encode()
+    config = automaton.step_bytes(start, unit * count)
+    successor = automaton.step_bytes(config, unit)
+    span = automaton.count_shift_span(config, successor)
+    assert span >= 0
+    for ahead in range(1, span + 1):
+        assert automaton.count_shifted(config, ahead + 1) == automaton.step_bytes(config, unit * (ahead + 1))
+    if then is None and low <= count and count + 8 < high and successor != DEAD:
+        # Well inside the bounds the chain counts on until the upper bound is near.
+        assert span == high - count - 2

@@ -687,3 +687,45 @@ def test_utf8_agreement_read_off_the_nfa_matches_stepping(pattern, prefix, agree
         target = automaton.step(config, ascii_byte)
         for char in _MULTI_BYTE_SAMPLES:
             assert automaton.step_bytes(config, char.encode("utf-8", "surrogatepass")) == target, char
+
+
+def _string_vocabulary():
+    from surecall.engine.vocab import TokenVocabulary
+
+    pieces = [b"a" * n for n in range(2, 17)] + [
+        b"hello", b" world", "é".encode() * 3, "日本語".encode(), b'ab"', b'aaaaaaaa"', b"a\\", b"\xc3", b"a\xc3",
+    ]
+    table = [b"<|endoftext|>"] + [bytes([b]) for b in range(256)] + pieces
+    return TokenVocabulary(table, special_ids={0}, eos_token_ids={0})
+
+
+@pytest.mark.parametrize("low, high", [(0, 40), (3, 12), (20, 26), (1, 4)])
+def test_masks_of_counted_strings_equal_brute_force_where_chains_count_on(low, high, monkeypatch):
+    # A bounded string's chain of configurations (one per character count) is made by
+    # counting on instead of stepping where it can: every mask and every token's end
+    # must still be what stepping the token's bytes gives.
+    from surecall.engine.automaton import ByteAutomaton
+    from surecall.engine.grammar import Grammar
+    from surecall.engine.ir import chars, literal, repeat, seq
+
+    counted_on = []
+    count_shifted = ByteAutomaton.count_shifted
+    monkeypatch.setattr(
+        ByteAutomaton, "count_shifted", lambda self, config, by: counted_on.append(by) or count_shifted(self, config, by)
+    )
+    vocab = _string_vocabulary()
+    body = chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)])
+    grammar = Grammar({"start": seq(literal('"'), repeat(body, low, high), literal('"'))})
+    matcher = Matcher(grammar, vocab)
+    automaton = matcher.automaton
+    text = ('"' + "a" * min(high, 30) + '"').encode()
+    for token_id in vocab.tokenize_bytes(text):
+        config = matcher.config
+        found = doubles.walked_tokens(matcher, config)
+        assert set(found) == doubles.brute_force_allowed(automaton, vocab, config)
+        for allowed, end in found.items():
+            assert end == automaton.step_bytes(config, vocab.token_bytes(allowed)), allowed
+        assert matcher.advance(token_id) != Status.REJECTED
+    assert matcher.is_accepting()
+    if high - low > 8:
+        assert counted_on, "the chains never counted on"
