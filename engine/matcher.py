@@ -487,6 +487,9 @@ def _shared_tables(automaton, vocab: TokenVocabulary) -> _AutomatonTables:
     tables = per_vocab.get(vocab.fingerprint)
     if tables is None:
         tables = per_vocab[vocab.fingerprint] = _AutomatonTables(vocab)
+    elif not tables.groups.trie_alive:
+        # Made for an equal vocabulary that is gone: its groups are built from this one's trie.
+        tables.groups = group_tables_for(vocab)
     return tables
 
 

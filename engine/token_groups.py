@@ -420,6 +420,11 @@ class GroupTables:
         self._groups: dict[str, TokenGroup] = {}
         self._lock = threading.Lock()
 
+    @property
+    def trie_alive(self) -> bool:
+        """Whether the trie these groups are built from is still in use."""
+        return self._trie() is not None
+
     def group(self, spec: GroupSpec) -> TokenGroup:
         found = self._groups.get(spec.name)
         if found is None:

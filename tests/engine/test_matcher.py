@@ -729,3 +729,24 @@ def test_masks_of_counted_strings_equal_brute_force_where_chains_count_on(low, h
     assert matcher.is_accepting()
     if high - low > 8:
         assert counted_on, "the chains never counted on"
+
+
+def test_an_equal_vocabulary_made_again_serves_a_grammar_after_the_first_is_gone():
+    # Masks are shared by vocabularies with the same tokens; the token groups must come
+    # from a trie that is still alive.
+    import gc
+
+    from surecall.engine.grammar import Grammar
+
+    grammar = Grammar.from_regex('"[^"]*"')
+    pieces = [b'"', b"ab", b"abc", b"a b", "é".encode(), b'c"']
+    first = _vocabulary_of(pieces)
+    Matcher(grammar, first)
+    del first
+    gc.collect()
+    again = _vocabulary_of(pieces)
+    matcher = Matcher(grammar, again)
+    matcher.advance(again.tokenize_bytes(b'"')[0])
+    assert {again.token_bytes(token) for token in matcher.allowed_token_ids().tolist()} == {
+        b'"', b"ab", b"abc", b"a b", "é".encode(), b'c"'
+    }
