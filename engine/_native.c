@@ -193,6 +193,7 @@ static int report_tokens(const int32_t *tokens, int32_t first, int32_t last, Py_
 typedef struct {
     int32_t config; /* -1: empty slot */
     uint64_t loops[4], leaves[4];
+    int8_t characters_loop; /* every multi-byte character leads back: 0 not known yet, 1 yes, -1 no */
 } LoopEntry;
 
 typedef struct {
@@ -237,25 +238,65 @@ static LoopEntry *loop_entry(LoopCache *cache, int32_t config) {
         entry->config = config;
         memset(entry->loops, 0, sizeof(entry->loops));
         memset(entry->leaves, 0, sizeof(entry->leaves));
+        entry->characters_loop = 0;
         cache->used++;
     }
     return entry;
 }
 
+/* Whether every multi-byte UTF-8 character leads the configuration of ``entry`` back to
+ * itself, as ``automaton.utf8_agrees`` tells from an ASCII byte known to: 1, 0 (also when
+ * no such byte is known yet, or the automaton cannot tell), or -1 with an exception set. */
+static int characters_loop(Stepper *stepper, LoopEntry *entry) {
+    if (entry->characters_loop) {
+        return entry->characters_loop > 0;
+    }
+    const int w = entry->loops[0] ? 0 : 1;
+    if (!entry->loops[w]) {
+        return 0;
+    }
+    const int ascii_byte = w * 64 + __builtin_ctzll(entry->loops[w]);
+    PyObject *agrees = PyObject_CallMethod(stepper->automaton, "utf8_agrees", "ii", (int)entry->config, ascii_byte);
+    if (agrees == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        entry->characters_loop = -1;
+        return 0;
+    }
+    const int truth = PyObject_IsTrue(agrees);
+    Py_DECREF(agrees);
+    if (truth < 0 || refresh_table(stepper->automaton, &stepper->table) < 0) {
+        return -1;
+    }
+    stepper->num_rows = stepper->table.len / ROW_BYTES;
+    entry->characters_loop = truth ? 1 : -1;
+    return truth;
+}
+
 /* Whether every byte of ``bytes`` (a 256-bit set) leads ``config`` back to itself, computing
  * the entries it needs and stopping at the first that does not: 1, 0, or -1 with an
- * exception set. ``stepper->table`` may be a new (grown) table afterwards. */
-static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, const uint64_t bytes[4]) {
+ * exception set. With ``whole_characters`` (the bytes below a node whose tokens go on in
+ * whole, well-formed UTF-8 characters), its bytes past ASCII are asked of as characters
+ * instead: whether every multi-byte character leads back. ``stepper->table`` may be a new
+ * (grown) table afterwards. */
+static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, const uint64_t bytes[4],
+                        int whole_characters) {
     LoopEntry *entry = loop_entry(cache, config);
     if (entry == NULL) {
         return -1;
     }
-    for (int w = 0; w < 4; w++) {
+    const int words = whole_characters ? 2 : 4;
+    for (int w = 0; w < words; w++) {
         if (bytes[w] & entry->leaves[w]) {
             return 0;
         }
     }
-    for (int w = 0; w < 4; w++) {
+    if (whole_characters && (bytes[2] | bytes[3]) && entry->characters_loop < 0) {
+        return 0;
+    }
+    for (int w = 0; w < words; w++) {
         uint64_t unknown = bytes[w] & ~entry->loops[w];
         while (unknown) {
             const int value = w * 64 + __builtin_ctzll(unknown);
@@ -272,6 +313,9 @@ static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, cons
             entry->loops[w] |= bit;
         }
     }
+    if (whole_characters && (bytes[2] | bytes[3])) {
+        return characters_loop(stepper, entry);
+    }
     return 1;
 }
 
@@ -287,25 +331,30 @@ PyDoc_STRVAR(walk_doc,
 "and the configuration after each are written to the writable int32 buffers ``out_ids``\n"
 "and ``out_ends``; returns how many (OverflowError when they hold too few).\n"
 "\n"
-"With the trie's ``subtree_tables`` (below_bytes, below_start, below_end, depth_first)\n"
-"as four more arguments, a node whose every byte below leads its configuration back to\n"
-"itself reports the tokens below it at once instead of walking them (in another order).");
+"With the trie's ``subtree_tables`` (below_bytes, below_start, below_end, depth_first,\n"
+"whole_characters) as five more arguments, a node whose every byte below leads its\n"
+"configuration back to itself reports the tokens below it at once instead of walking\n"
+"them (in another order); so does a node whose tokens go on in whole characters, when\n"
+"every ASCII byte below and every multi-byte character lead back (``automaton.utf8_agrees``).");
 
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *automaton, *child_start_obj, *child_end_obj, *node_byte_obj, *token_start_obj, *token_ids_obj;
     PyObject *start_nodes_obj, *start_configs_obj;
     PyObject *below_bytes_obj = NULL, *below_start_obj = NULL, *below_end_obj = NULL, *depth_first_obj = NULL;
+    PyObject *whole_characters_obj = NULL;
     Py_buffer out_ids = {0}, out_ends = {0};
-    if (!PyArg_ParseTuple(args, "OOOOOOOOw*w*|OOOO:walk", &automaton, &child_start_obj, &child_end_obj, &node_byte_obj,
+    if (!PyArg_ParseTuple(args, "OOOOOOOOw*w*|OOOOO:walk", &automaton, &child_start_obj, &child_end_obj, &node_byte_obj,
                           &token_start_obj, &token_ids_obj, &start_nodes_obj, &start_configs_obj, &out_ids,
-                          &out_ends, &below_bytes_obj, &below_start_obj, &below_end_obj, &depth_first_obj)) {
+                          &out_ends, &below_bytes_obj, &below_start_obj, &below_end_obj, &depth_first_obj,
+                          &whole_characters_obj)) {
         return NULL;
     }
     Stepper stepper = {0};
     Py_buffer child_start_view = {0}, child_end_view = {0}, node_byte_view = {0};
     Py_buffer token_start_view = {0}, token_ids_view = {0}, start_nodes_view = {0}, start_configs_view = {0};
     Py_buffer below_bytes_view = {0}, below_start_view = {0}, below_end_view = {0}, depth_first_view = {0};
+    Py_buffer whole_characters_view = {0};
     IntList frontier_nodes = {0}, frontier_configs = {0}, next_nodes = {0}, next_configs = {0};
     LoopCache loop_cache = {0};
     PyObject *result = NULL;
@@ -341,19 +390,23 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     /* The subtree shortcut, when its tables are given. */
     const uint64_t *below_bytes = NULL;
     const int32_t *below_start = NULL, *below_end = NULL, *depth_first = NULL;
+    const uint8_t *whole_characters = NULL;
     if (below_bytes_obj != NULL) {
-        if (below_start_obj == NULL || below_end_obj == NULL || depth_first_obj == NULL) {
-            PyErr_SetString(PyExc_TypeError, "walk: the subtree tables are four arrays");
+        if (below_start_obj == NULL || below_end_obj == NULL || depth_first_obj == NULL ||
+            whole_characters_obj == NULL) {
+            PyErr_SetString(PyExc_TypeError, "walk: the subtree tables are five arrays");
             goto done;
         }
         if (PyObject_GetBuffer(below_bytes_obj, &below_bytes_view, PyBUF_SIMPLE) < 0 ||
             get_int32_buffer(below_start_obj, &below_start_view, "below_start") < 0 ||
             get_int32_buffer(below_end_obj, &below_end_view, "below_end") < 0 ||
-            get_int32_buffer(depth_first_obj, &depth_first_view, "depth_first") < 0) {
+            get_int32_buffer(depth_first_obj, &depth_first_view, "depth_first") < 0 ||
+            PyObject_GetBuffer(whole_characters_obj, &whole_characters_view, PyBUF_SIMPLE) < 0) {
             goto done;
         }
         if (below_bytes_view.len != num_nodes * 32 || below_start_view.len != child_start_view.len ||
-            below_end_view.len != child_start_view.len || depth_first_view.len != token_ids_view.len) {
+            below_end_view.len != child_start_view.len || depth_first_view.len != token_ids_view.len ||
+            whole_characters_view.len != num_nodes) {
             PyErr_SetString(PyExc_ValueError, "walk: subtree tables of inconsistent lengths");
             goto done;
         }
@@ -361,6 +414,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         below_start = (const int32_t *)below_start_view.buf;
         below_end = (const int32_t *)below_end_view.buf;
         depth_first = (const int32_t *)depth_first_view.buf;
+        whole_characters = (const uint8_t *)whole_characters_view.buf;
     }
     if (int_list_reserve(&frontier_nodes, num_starts + 1) < 0 || int_list_reserve(&frontier_configs, num_starts + 1) < 0) {
         goto done;
@@ -414,12 +468,16 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                 }
                 if (child_start[child] < child_end[child]) {
                     /* A configuration that the first byte below leads elsewhere is most of
-                     * them: one table read rules the shortcut out before any lookup. */
+                     * them: one table read rules the shortcut out before any lookup (past
+                     * ASCII, below whole characters, the byte is not asked of alone). */
                     const uint8_t first_below = node_byte[child_start[child]];
                     const int32_t *after_row = (const int32_t *)stepper.table.buf + (Py_ssize_t)after * ROW_WIDTH;
                     int whole = 0;
-                    if (below_bytes != NULL && (after_row[first_below] == after || after_row[first_below] == UNKNOWN)) {
-                        whole = loops_on_all(&stepper, &loop_cache, after, below_bytes + (Py_ssize_t)child * 4);
+                    if (below_bytes != NULL &&
+                        (after_row[first_below] == after || after_row[first_below] == UNKNOWN ||
+                         (first_below >= 0x80 && whole_characters[child]))) {
+                        whole = loops_on_all(&stepper, &loop_cache, after, below_bytes + (Py_ssize_t)child * 4,
+                                             whole_characters[child]);
                         if (whole < 0) {
                             goto done;
                         }
@@ -450,7 +508,7 @@ done:
     Py_buffer *views[] = {&child_start_view, &child_end_view, &node_byte_view,
                           &token_start_view, &token_ids_view, &start_nodes_view, &start_configs_view,
                           &out_ids, &out_ends, &below_bytes_view, &below_start_view, &below_end_view,
-                          &depth_first_view};
+                          &depth_first_view, &whole_characters_view};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
         if (views[i]->obj != NULL) {
             PyBuffer_Release(views[i]);

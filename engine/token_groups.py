@@ -29,14 +29,13 @@ from functools import cached_property
 import numpy as np
 
 from . import native
-from .trie import TokenTrie, distinct, pack_ids
+from .trie import UTF8_CLOSED as _CLOSED
+from .trie import UTF8_FAIL as _FAIL
+from .trie import TokenTrie, distinct, pack_ids, utf8_classifier
 from .vocab import TokenVocabulary, store_arrays
 
 DEAD = -1
 
-# States of the UTF-8 classifier that decides, byte by byte, whether a trie path is
-# made of whole characters of a group.
-_CLOSED, _NEED1, _NEED2, _NEED2_A0, _NEED2_9F, _NEED3, _NEED3_90, _NEED3_8F, _FAIL = range(9)
 
 @dataclass(frozen=True)
 class GroupSpec:
@@ -118,7 +117,7 @@ class TokenGroup:
 
     @classmethod
     def build(cls, spec: GroupSpec, trie: TokenTrie) -> "TokenGroup":
-        table = _classifier_table(spec)
+        table = utf8_classifier(spec.ascii_bytes, spec.non_ascii)
         status = np.full(trie.num_nodes, _FAIL, dtype=np.int8)
         status[0] = _CLOSED
         closed_depth = np.zeros(trie.num_nodes, dtype=np.int32)
@@ -279,29 +278,6 @@ def _byte_flags(values: np.ndarray) -> np.ndarray:
     flags = np.zeros(256, dtype=bool)
     flags[np.asarray(values, dtype=np.intp)] = True
     return flags
-
-
-def _classifier_table(spec: GroupSpec) -> np.ndarray:
-    table = np.full((9, 256), _FAIL, dtype=np.int8)
-    for value in spec.ascii_bytes:
-        table[_CLOSED, value] = _CLOSED
-    if spec.non_ascii:
-        table[_CLOSED, 0xC2:0xE0] = _NEED1
-        table[_CLOSED, 0xE0] = _NEED2_A0
-        table[_CLOSED, 0xE1:0xED] = _NEED2
-        table[_CLOSED, 0xED] = _NEED2_9F
-        table[_CLOSED, 0xEE:0xF0] = _NEED2
-        table[_CLOSED, 0xF0] = _NEED3_90
-        table[_CLOSED, 0xF1:0xF4] = _NEED3
-        table[_CLOSED, 0xF4] = _NEED3_8F
-        table[_NEED1, 0x80:0xC0] = _CLOSED
-        table[_NEED2, 0x80:0xC0] = _NEED1
-        table[_NEED2_A0, 0xA0:0xC0] = _NEED1
-        table[_NEED2_9F, 0x80:0xA0] = _NEED1
-        table[_NEED3, 0x80:0xC0] = _NEED2
-        table[_NEED3_90, 0x90:0xC0] = _NEED2
-        table[_NEED3_8F, 0x80:0x90] = _NEED2
-    return table
 
 
 def _tails(trie, nodes: np.ndarray, start_depth: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -15,6 +15,37 @@ import numpy as np
 
 from . import native
 
+# States of the UTF-8 classifier that reads a trie path byte by byte: between characters
+# (closed), inside one (the bytes still needed, and the range the next must fall in where
+# it is narrower than 0x80..0xBF), or failed.
+UTF8_CLOSED, _NEED1, _NEED2, _NEED2_A0, _NEED2_9F, _NEED3, _NEED3_90, _NEED3_8F, UTF8_FAIL = range(9)
+
+
+def utf8_classifier(ascii_bytes, non_ascii: bool) -> np.ndarray:
+    """The classifier's transitions (state, byte) -> state, as a (9, 256) int8 table: the
+    characters are ``ascii_bytes`` and, with ``non_ascii``, every well-formed multi-byte one."""
+    table = np.full((9, 256), UTF8_FAIL, dtype=np.int8)
+    for value in ascii_bytes:
+        table[UTF8_CLOSED, value] = UTF8_CLOSED
+    if non_ascii:
+        table[UTF8_CLOSED, 0xC2:0xE0] = _NEED1
+        table[UTF8_CLOSED, 0xE0] = _NEED2_A0
+        table[UTF8_CLOSED, 0xE1:0xED] = _NEED2
+        table[UTF8_CLOSED, 0xED] = _NEED2_9F
+        table[UTF8_CLOSED, 0xEE:0xF0] = _NEED2
+        table[UTF8_CLOSED, 0xF0] = _NEED3_90
+        table[UTF8_CLOSED, 0xF1:0xF4] = _NEED3
+        table[UTF8_CLOSED, 0xF4] = _NEED3_8F
+        table[_NEED1, 0x80:0xC0] = UTF8_CLOSED
+        table[_NEED2, 0x80:0xC0] = _NEED1
+        table[_NEED2_A0, 0xA0:0xC0] = _NEED1
+        table[_NEED2_9F, 0x80:0xA0] = _NEED1
+        table[_NEED3, 0x80:0xC0] = _NEED2
+        table[_NEED3_90, 0x90:0xC0] = _NEED2
+        table[_NEED3_8F, 0x80:0x90] = _NEED2
+    return table
+
+
 _ARRAY_FIELDS = (
     "parent",
     "byte",
@@ -154,19 +185,23 @@ class TokenTrie:
         return self._first_bytes
 
     @property
-    def subtree_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def subtree_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """What a walk needs to take a node's whole subtree at once, computed on first use:
         (the bytes on the edges below each node, as four uint64 words of a 256-bit set;
-        per node, the start and end in the last array of the tokens strictly below it;
-        the token ids in depth-first order, a node's own tokens before its children's).
+        per node, the start and end in the fourth array of the tokens strictly below it;
+        the token ids in depth-first order, a node's own tokens before its children's;
+        per node, 1 where every token below it goes on from the node in whole, well-formed
+        UTF-8 characters, else 0, as uint8).
 
         A walk at a configuration that every byte below a node leads back to itself
-        allows every token below the node, ending at that configuration."""
+        allows every token below the node, ending at that configuration. So does one that
+        every ASCII byte below and every multi-byte character lead back to itself, below a
+        node whose tokens go on in whole characters."""
         if self._subtree_tables is None:
             self._subtree_tables = self._make_subtree_tables()
         return self._subtree_tables
 
-    def _make_subtree_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _make_subtree_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         num_nodes = self.num_nodes
         own_tokens = np.diff(self.token_start).astype(np.int64)
         below_bytes = np.zeros((num_nodes, 4), dtype=np.uint64)
@@ -202,7 +237,27 @@ class TokenTrie:
         depth_first[offset[self.token_nodes] + rank] = self.token_ids
         below_start = (offset + own_tokens).astype(np.int32)
         below_end = (offset + subtree_tokens).astype(np.int32)
-        return below_bytes, below_start, below_end, depth_first
+        return below_bytes, below_start, below_end, depth_first, self._whole_character_tails()
+
+    def _whole_character_tails(self) -> np.ndarray:
+        # Bottom up: ok[n, s] holds when, reading on from node n in classifier state s,
+        # every token below n ends between characters and no byte fails.
+        table = utf8_classifier(range(128), True)[:UTF8_FAIL]
+        ok = np.ones((self.num_nodes, UTF8_FAIL), dtype=bool)
+        has_tokens = np.diff(self.token_start) > 0
+        for depth in range(self.max_depth, 0, -1):
+            low, high = int(self.level_start[depth]), int(self.level_start[depth + 1])
+            if low == high:
+                continue
+            after = table[:, self.byte[low:high]].astype(np.intp)  # (state, child) -> state
+            failed = after == UTF8_FAIL
+            nodes = np.arange(low, high)
+            child_ok = ~failed & ok[nodes, np.where(failed, 0, after)]
+            child_ok &= ~has_tokens[low:high] | (after == UTF8_CLOSED)
+            parents = self.parent[low:high]
+            runs = np.flatnonzero(_run_starts(parents))
+            ok[parents[runs]] = np.logical_and.reduceat(child_ok, runs, axis=1).T
+        return ok[:, UTF8_CLOSED].astype(np.uint8)
 
     def child(self, node: int, byte: int) -> int:
         """The child of ``node`` along ``byte``, or -1."""

@@ -115,17 +115,27 @@ def test_native_walk_rejects_malformed_arguments(vocab):
     found = native.walk(*args, twice, twice, np.empty(2 * room, dtype=np.int32), np.empty(2 * room, dtype=np.int32))
     assert found == 2 * len(trie.token_ids)
     root = np.array([0], dtype=np.int32)
-    below_bytes, below_start, below_end, depth_first = trie.subtree_tables
-    with pytest.raises(TypeError, match="four arrays"):
-        native.walk(*args, root, root, *out, below_bytes, below_start)
+    below_bytes, below_start, below_end, depth_first, whole_characters = trie.subtree_tables
+    with pytest.raises(TypeError, match="five arrays"):
+        native.walk(*args, root, root, *out, below_bytes, below_start, below_end, depth_first)
     with pytest.raises(ValueError, match="subtree tables of inconsistent lengths"):
-        native.walk(*args, root, root, *out, below_bytes[:-1], below_start, below_end, depth_first)
+        native.walk(*args, root, root, *out, below_bytes[:-1], below_start, below_end, depth_first, whole_characters)
+    with pytest.raises(ValueError, match="subtree tables of inconsistent lengths"):
+        native.walk(*args, root, root, *out, below_bytes, below_start, below_end, depth_first,
+                    whole_characters.astype(np.int32))
     # Every byte loops on the only state: the root's children take their subtrees whole.
     assert native.walk(*args, root, root, *out, *trie.subtree_tables) == len(trie.token_ids)
     assert sorted(out[0][: len(trie.token_ids)].tolist()) == sorted(trie.token_ids.tolist())
 
 
 _TOKEN_BYTES = st.binary(min_size=1, max_size=6).map(lambda data: bytes(b % 8 + 0x61 for b in data))
+# Letters, quotes, whole characters of two to four bytes, and pieces of characters: lone
+# lead and continuation bytes, a surrogate's encoding, a byte UTF-8 never uses.
+_MIXED_BYTES = st.lists(
+    st.sampled_from([b"a", b"b", b"x", b" ", b'"', "é".encode(), "日".encode(), "😀".encode(),
+                     b"\xc3", b"\xa9", b"\xe6\x97", b"\xed\xa0\x80", b"\xff"]),
+    min_size=1, max_size=4,
+).map(b"".join)
 
 
 def _vocabulary_of(pieces):
@@ -134,12 +144,20 @@ def _vocabulary_of(pieces):
     return TokenVocabulary([b"<eos>"] + sorted(set(pieces)), special_ids={0}, eos_token_ids={0})
 
 
+def _whole_characters(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(_TOKEN_BYTES, min_size=1, max_size=60))
+@given(st.lists(st.one_of(_TOKEN_BYTES, _MIXED_BYTES), min_size=1, max_size=60))
 def test_subtree_tables_list_the_tokens_and_bytes_below_each_node(pieces):
     vocab = _vocabulary_of(pieces)
     trie = vocab.trie
-    below_bytes, below_start, below_end, depth_first = trie.subtree_tables
+    below_bytes, below_start, below_end, depth_first, whole_characters = trie.subtree_tables
     spelled = {int(token): vocab.token_bytes(int(token)) for token in trie.token_ids}
     for node in range(trie.num_nodes):
         path = bytes(trie.byte[n] for n in reversed(_ancestors(trie, node)))
@@ -151,6 +169,8 @@ def test_subtree_tables_list_the_tokens_and_bytes_below_each_node(pieces):
             for value in spelled[token][len(path):]:
                 expected_bits |= 1 << value
         assert sum(int(word) << (64 * i) for i, word in enumerate(below_bytes[node])) == expected_bits
+        expected_whole = all(_whole_characters(spelled[token][len(path):]) for token in below)
+        assert whole_characters[node] == expected_whole, (path, sorted(spelled[t] for t in below))
 
 
 def _ancestors(trie, node: int) -> list[int]:
@@ -198,7 +218,7 @@ def test_native_walk_taking_whole_subtrees_finds_what_the_plain_walk_finds(piece
             config = reference.step(config, value)
         if config != DEAD:
             expected.append((token, config))
-    assert found[0] == found[4] == sorted(expected)
+    assert found[0] == found[5] == sorted(expected)
 
 
 @pytest.mark.skipif(native.run_tails is None, reason="the native extension is not built")
@@ -729,6 +749,52 @@ def test_masks_of_counted_strings_equal_brute_force_where_chains_count_on(low, h
     assert matcher.is_accepting()
     if high - low > 8:
         assert counted_on, "the chains never counted on"
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=st.lists(st.one_of(_TOKEN_BYTES, _MIXED_BYTES), min_size=1, max_size=60),
+    pattern=st.sampled_from(['"[^"a]*a[^"]*"', '"[^"é]*é[^"]*"', '"[^"]*"x', '"[a-h ]*"', '(a|[^a]b|日)*']),
+    prefix=st.sampled_from([b"", b'"', b'"x', b'"xa', "\"日".encode()]),
+)
+def test_walks_taking_whole_character_subtrees_find_what_stepping_finds(pieces, pattern, prefix):
+    # Where every ASCII byte below a trie node and every multi-byte character lead back to
+    # the configuration, the walk takes the node's tokens at once when they go on in whole
+    # characters: the tokens and their ends must be those that stepping each token finds.
+    from surecall.engine.grammar import Grammar
+
+    vocab = _vocabulary_of(pieces)
+    matcher = Matcher(Grammar.from_regex(pattern), vocab)
+    automaton = matcher.automaton
+    config = automaton.step_bytes(automaton.initial, prefix)
+    if config == DEAD:
+        return
+    expected = {}
+    for token in vocab.trie.token_ids.tolist():
+        end = automaton.step_bytes(config, vocab.token_bytes(token))
+        if end != DEAD:
+            expected[token] = end
+    assert doubles.walked_tokens(matcher, config) == expected
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+def test_walks_take_subtrees_of_whole_characters_at_once():
+    # Below "y" every token goes on in whole characters that lead the in-string
+    # configuration back to itself: the walk asks once whether multi-byte characters loop.
+    from surecall.engine.grammar import Grammar
+
+    words = [b"y", "yé".encode(), "y日本".encode(), "y日本語".encode(), b"yb", "yé日".encode(), b"a", b"x", b"xa"]
+    vocab = _vocabulary_of(words)
+    matcher = Matcher(Grammar.from_regex('"[^"a]*a[^"]*"'), vocab)
+    automaton = matcher.automaton
+    config = automaton.step_bytes(automaton.initial, b'"')
+    asked = []
+    agrees = automaton.utf8_agrees
+    automaton.utf8_agrees = lambda at, ascii_byte: asked.append(at) or agrees(at, ascii_byte)
+    found = doubles.walked_tokens(matcher, config)
+    assert asked == [config], "the walk did not ask whether characters loop"
+    assert found == {token: automaton.step_bytes(config, vocab.token_bytes(token)) for token in vocab.trie.token_ids.tolist()}
 
 
 def test_an_equal_vocabulary_made_again_serves_a_grammar_after_the_first_is_gone():
