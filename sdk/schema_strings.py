@@ -54,43 +54,34 @@ _HEX = chars([(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)])
 _ANY_CODE_POINT = chars([(0, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, MAX_CODE_POINT)])
 
 
-def _escape_u_non_surrogate() -> Node:
-    # Four hex digits except D800-DFFF.
+def _after_escape_u() -> Node:
+    # Four hex digits except D800-DFFF, or a surrogate pair: D800-DBFF, then an escape of DC00-DFFF.
     not_d = chars([(0x30, 0x39), (0x41, 0x43), (0x61, 0x63), (0x45, 0x46), (0x65, 0x66)])
-    d = chars([(0x44, 0x44), (0x64, 0x64)])
-    return seq("\\u", alt(seq(not_d, _HEX, _HEX, _HEX), seq(d, chars([(0x30, 0x37)]), _HEX, _HEX)))
-
-
-def _escape_surrogate_pair() -> Node:
     d = chars([(0x44, 0x44), (0x64, 0x64)])
     high = chars([(0x38, 0x39), (0x41, 0x42), (0x61, 0x62)])
     low = chars([(0x43, 0x46), (0x63, 0x66)])
-    return seq("\\u", d, high, _HEX, _HEX, "\\u", d, low, _HEX, _HEX)
+    return alt(
+        seq(not_d, _HEX, _HEX, _HEX),
+        seq(d, alt(seq(chars([(0x30, 0x37)]), _HEX, _HEX), seq(high, _HEX, _HEX, "\\u", d, low, _HEX, _HEX))),
+    )
 
 
-# One decoded character in any spelling.
+# One decoded character in any spelling. Spellings that start alike share their start (one
+# backslash, one "u"): each is an NFA position that every parse state inside a string holds.
 ANY_STRING_CHAR = alt(
     chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, MAX_CODE_POINT)]),
-    seq("\\", chars([(ord(c), ord(c)) for c in '"\\/bfnrt'])),
-    _escape_u_non_surrogate(),
-    _escape_surrogate_pair(),
+    seq("\\", alt(chars([(ord(c), ord(c)) for c in '"\\/bfnrt']), seq("u", _after_escape_u()))),
 )
 
 ANY_STRING_BODY = star(ANY_STRING_CHAR)
 
 # One character in the spellings json.dumps uses (raw, short escapes, \u00XX for control
-# characters): the unit of length-limited strings, kept small because a limit of n copies it n times.
+# characters): the unit of length-limited strings, kept small because every parse state
+# inside such a string holds its positions.
 COUNTED_STRING_CHAR = alt(
     chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, MAX_CODE_POINT)]),
     seq("\\", alt(chars([(ord(c), ord(c)) for c in '"\\/bfnrt']), seq("u00", chars([(0x30, 0x31)]), _HEX))),
 )
-
-
-def _control_escape(code: int) -> Node:
-    spellings = [seq("\\u00", _hex_digit(code >> 4), _hex_digit(code & 15))]
-    if code in _SHORT_ESCAPES:
-        spellings.append(literal("\\" + _SHORT_ESCAPES[code]))
-    return alt(*spellings)
 
 
 def _effective_ranges(charset: CharSet) -> list[tuple[int, int]]:
@@ -142,18 +133,19 @@ def _encoded_char_ranges(ranges: tuple[tuple[int, int], ...]) -> Node:
     options: list[Node] = []
     if raw:
         options.append(chars(raw))
-    if _contains(ranges, 0x22):
-        options.append(literal('\\"'))
-    if _contains(ranges, 0x5C):
-        options.append(literal("\\\\"))
-    if _contains(ranges, 0x2F):
-        options.append(literal("\\/"))
+    # Every escape after one backslash: a letter or sign, or u00 and two hex digits.
     controls = sorted({code for lo, hi in ranges for code in range(lo, min(hi, 0x1F) + 1)})
+    letters = [sign for code, sign in ((0x22, '"'), (0x5C, "\\"), (0x2F, "/")) if _contains(ranges, code)]
+    letters += [_SHORT_ESCAPES[code] for code in controls if code in _SHORT_ESCAPES]
+    escapes: list[Node] = []
+    if letters:
+        escapes.append(chars([(ord(letter), ord(letter)) for letter in letters]))
     if len(controls) == 0x20:
-        options.append(seq("\\u00", chars([(0x30, 0x31)]), _HEX))
-        options.extend(literal("\\" + letter) for letter in _SHORT_ESCAPES.values())
-    else:
-        options.extend(_control_escape(code) for code in controls)
+        escapes.append(seq("u00", chars([(0x30, 0x31)]), _HEX))
+    elif controls:
+        escapes.append(seq("u00", alt(*(seq(_hex_digit(code >> 4), _hex_digit(code & 15)) for code in controls))))
+    if escapes:
+        options.append(seq("\\", alt(*escapes)))
     return alt(*options) if options else NOTHING
 
 
