@@ -321,13 +321,15 @@ static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, cons
 
 PyDoc_STRVAR(walk_doc,
 "walk(automaton, child_start, child_end, node_byte, token_start, token_ids, start_nodes, start_configs,\n"
-"     out_ids, out_ends)\n"
+"     out_ids, out_ends[, below_bytes, below_start, below_end, depth_first, whole_characters],\n"
+"     *, report_starts=False)\n"
 "\n"
 "Walk the token trie level by level below each (start node, start configuration),\n"
 "stepping ``automaton.transition_table`` (int32 rows of 256: -1 dead, -2 not computed,\n"
 "then computed through the automaton's native tables ``_native`` where they can, else\n"
 "asked of ``automaton.step``). The trie arrays are int32 except ``node_byte``\n"
-"(uint8). Tokens at the start nodes themselves are not reported. The token ids reached\n"
+"(uint8). Tokens at the start nodes themselves are reported only with ``report_starts``\n"
+"(keyword only), ending at their start configurations. The token ids reached\n"
 "and the configuration after each are written to the writable int32 buffers ``out_ids``\n"
 "and ``out_ends``; returns how many (OverflowError when they hold too few).\n"
 "\n"
@@ -337,17 +339,22 @@ PyDoc_STRVAR(walk_doc,
 "them (in another order); so does a node whose tokens go on in whole characters, when\n"
 "every ASCII byte below and every multi-byte character lead back (``automaton.utf8_agrees``).");
 
-static PyObject *walk(PyObject *self, PyObject *args) {
+static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
+    static char *keywords[] = {"automaton", "child_start", "child_end", "node_byte", "token_start", "token_ids",
+                               "start_nodes", "start_configs", "out_ids", "out_ends", "below_bytes", "below_start",
+                               "below_end", "depth_first", "whole_characters", "report_starts", NULL};
+    int report_starts = 0;
     PyObject *automaton, *child_start_obj, *child_end_obj, *node_byte_obj, *token_start_obj, *token_ids_obj;
     PyObject *start_nodes_obj, *start_configs_obj;
     PyObject *below_bytes_obj = NULL, *below_start_obj = NULL, *below_end_obj = NULL, *depth_first_obj = NULL;
     PyObject *whole_characters_obj = NULL;
     Py_buffer out_ids = {0}, out_ends = {0};
-    if (!PyArg_ParseTuple(args, "OOOOOOOOw*w*|OOOOO:walk", &automaton, &child_start_obj, &child_end_obj, &node_byte_obj,
-                          &token_start_obj, &token_ids_obj, &start_nodes_obj, &start_configs_obj, &out_ids,
-                          &out_ends, &below_bytes_obj, &below_start_obj, &below_end_obj, &depth_first_obj,
-                          &whole_characters_obj)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOw*w*|OOOOO$p:walk", keywords, &automaton, &child_start_obj,
+                                     &child_end_obj, &node_byte_obj, &token_start_obj, &token_ids_obj,
+                                     &start_nodes_obj, &start_configs_obj, &out_ids, &out_ends, &below_bytes_obj,
+                                     &below_start_obj, &below_end_obj, &depth_first_obj, &whole_characters_obj,
+                                     &report_starts)) {
         return NULL;
     }
     Stepper stepper = {0};
@@ -423,6 +430,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         if (start_nodes[i] < 0 || start_nodes[i] >= num_nodes || start_configs[i] < 0 ||
             start_configs[i] >= stepper.num_rows) {
             PyErr_SetString(PyExc_ValueError, "walk: start node or configuration out of range");
+            goto done;
+        }
+        if (report_starts && report_tokens(token_ids, token_start[start_nodes[i]], token_start[start_nodes[i] + 1],
+                                           num_tokens, start_configs[i], &output) < 0) {
             goto done;
         }
         frontier_nodes.data[frontier_nodes.size++] = start_nodes[i];
@@ -629,7 +640,7 @@ done:
 }
 
 static PyMethodDef native_methods[] = {
-    {"walk", walk, METH_VARARGS, walk_doc},
+    {"walk", (PyCFunction)(void (*)(void))walk, METH_VARARGS | METH_KEYWORDS, walk_doc},
     {"run_tails", run_tails, METH_VARARGS, run_tails_doc},
     {"set_bits", set_bits, METH_VARARGS, set_bits_doc},
     {"nfa_tables", nfa_tables, METH_VARARGS, nfa_tables_doc},

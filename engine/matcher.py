@@ -716,11 +716,7 @@ class Matcher(MatcherBase):
         )
         id_parts.append(partial_ids)
         end_parts.append(partial_configs)
-        found_ids, owner = trie.tokens_at_nodes(frontier_nodes)
-        if len(found_ids):
-            id_parts.append(found_ids)
-            end_parts.append(frontier_configs[owner])
-        self._walk_levels(frontier_nodes, frontier_configs, id_parts, end_parts)
+        self._walk_at_and_below(frontier_nodes, frontier_configs, id_parts, end_parts)
         if chain is None:
             return group.member_ids, group.member_words, config
         if exceptions is not None and chain[1] != DEAD and (chain[1:] == chain[1]).all():
@@ -747,12 +743,18 @@ class Matcher(MatcherBase):
                 configs.append(after)
         if not nodes:
             return
-        start_nodes, start_configs = np.array(nodes, dtype=np.int32), np.array(configs, dtype=np.int32)
-        found_ids, owner = trie.tokens_at_nodes(start_nodes)
+        self._walk_at_and_below(np.array(nodes, dtype=np.int32), np.array(configs, dtype=np.int32), id_parts, end_parts)
+
+    def _walk_at_and_below(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list) -> None:
+        """``_walk_levels``, with the tokens at ``nodes`` themselves (ending at ``configs``)."""
+        if self._native_walk_applies():
+            self._walk_native(nodes, configs, id_parts, end_parts, report_starts=True)
+            return
+        found_ids, owner = self.vocab.trie.tokens_at_nodes(nodes)
         if len(found_ids):
             id_parts.append(found_ids)
-            end_parts.append(start_configs[owner])
-        self._walk_levels(start_nodes, start_configs, id_parts, end_parts)
+            end_parts.append(configs[owner])
+        self._walk_levels(nodes, configs, id_parts, end_parts)
 
     def _walk_wide(self, config: int, id_parts: list, end_parts: list) -> bool:
         """Walk from the root stepping whole trie levels while most of each is live.
@@ -821,9 +823,12 @@ class Matcher(MatcherBase):
     def _native_walk_applies(self) -> bool:
         return native.walk is not None and hasattr(self.automaton, "transition_table")
 
-    def _walk_native(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list) -> None:
+    def _walk_native(
+        self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list, *, report_starts: bool = False
+    ) -> None:
         """The walk of ``_walk_levels`` in the native extension (entries the transition
-        table lacks are computed through ``automaton.step`` as the walk meets them)."""
+        table lacks are computed through ``automaton.step`` as the walk meets them);
+        with ``report_starts``, also the tokens at ``nodes``."""
         trie = self.vocab.trie
         room = len(trie.token_ids)
         while True:
@@ -841,6 +846,7 @@ class Matcher(MatcherBase):
                     out_ids,
                     out_ends,
                     *trie.subtree_tables,
+                    report_starts=report_starts,
                 )
                 break
             except OverflowError:

@@ -816,3 +816,28 @@ def test_an_equal_vocabulary_made_again_serves_a_grammar_after_the_first_is_gone
     assert {again.token_bytes(token) for token in matcher.allowed_token_ids().tolist()} == {
         b'"', b"ab", b"abc", b"a b", "é".encode(), b'c"'
     }
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+@settings(max_examples=40, deadline=None)
+@given(
+    pieces=st.lists(_TOKEN_BYTES, min_size=1, max_size=40),
+    loops=st.lists(st.sets(st.integers(0x61, 0x68)), min_size=1, max_size=3),
+    starts=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 2)), min_size=1, max_size=6),
+)
+def test_native_walk_reports_the_tokens_at_its_starts_when_asked(pieces, loops, starts):
+    trie = _vocabulary_of(pieces).trie
+    edges = {state: dict.fromkeys(looping, state) for state, looping in enumerate(loops)}
+    nodes = np.array([node % trie.num_nodes for node, _ in starts], dtype=np.int32)
+    configs = np.array([config % len(loops) for _, config in starts], dtype=np.int32)
+    found = {}
+    for report_starts in (False, True):
+        room = 2 * len(starts) * len(trie.token_ids)
+        ids, ends = np.empty(room, dtype=np.int32), np.empty(room, dtype=np.int32)
+        count = native.walk(
+            doubles.LazyTableAutomaton(edges, {0}), trie.child_start, trie.child_end, trie.byte, trie.token_start,
+            trie.token_ids, nodes, configs, ids, ends, *trie.subtree_tables, report_starts=report_starts,
+        )
+        found[report_starts] = sorted(zip(ids[:count].tolist(), ends[:count].tolist()))
+    at_starts, owner = trie.tokens_at_nodes(nodes)
+    assert found[True] == sorted(found[False] + list(zip(at_starts.tolist(), configs[owner].tolist())))
