@@ -99,6 +99,7 @@ class TokenGroup:
         self.member_words = pack_ids(self.member_ids, self._top)
         self._first_bytes: tuple | None = None
         self._members_without: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._exits_without: dict[bytes, tuple[np.ndarray, ...]] = {}
         self._by_chars: tuple[np.ndarray, np.ndarray] | None = None
         self._by_first: tuple[np.ndarray, np.ndarray] | None = None
         self._words_below: dict[int, np.ndarray] = {}
@@ -202,7 +203,7 @@ class TokenGroup:
 
     def members_without_first(self, trie: TokenTrie, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ids, packed words) of the members whose first byte is not one of ``values``."""
-        key = bytes(np.unique(values).astype(np.uint8))
+        key = _byte_key(values)
         found = self._members_without.get(key)
         if found is None:
             if self._by_first is None:
@@ -237,22 +238,15 @@ class TokenGroup:
         configuration of the characters before it instead of ``config``. Paths whose
         first byte is one of ``skip_first`` (with the group's ``trie``) are left out.
         """
-        exit_nodes, exit_chars, exit_tails, exit_lengths = self.exit_nodes, self.exit_chars, self.exit_tails, self.exit_lengths
-        partial_nodes, partial_chars = self.partial_nodes, self.partial_chars
-        partial_tails, partial_lengths = self.partial_tails, self.partial_lengths
-        partial_ids, partial_owner = self.partial_ids, self.partial_owner
         if skip_first is not None and len(skip_first):
-            skipped = _byte_flags(skip_first)
-            _, exit_first, partial_first = self.first_bytes(trie)
-            keep = ~skipped[exit_first]
-            exit_nodes, exit_chars, exit_tails, exit_lengths = exit_nodes[keep], exit_chars[keep], exit_tails[keep], exit_lengths[keep]
-            keep_partial = ~skipped[partial_first]
-            partial_chars, partial_tails, partial_lengths = (
-                partial_chars[keep_partial], partial_tails[keep_partial], partial_lengths[keep_partial]
+            exits = self._exits_not_starting_with(trie, skip_first)
+        else:
+            exits = (
+                self.exit_nodes, self.exit_chars, self.exit_tails, self.exit_lengths,
+                self.partial_chars, self.partial_tails, self.partial_lengths, self.partial_ids, self.partial_owner,
             )
-            renumber = np.cumsum(keep_partial) - 1
-            kept_tokens = keep_partial[partial_owner] if len(partial_ids) else np.zeros(0, dtype=bool)
-            partial_ids, partial_owner = partial_ids[kept_tokens], renumber[partial_owner[kept_tokens]]
+        (exit_nodes, exit_chars, exit_tails, exit_lengths,
+         partial_chars, partial_tails, partial_lengths, partial_ids, partial_owner) = exits
         if chain is None:
             exit_starts, partial_starts = config, config
         else:
@@ -269,9 +263,39 @@ class TokenGroup:
             token_configs[partial_live],
         )
 
+    def _exits_not_starting_with(self, trie: TokenTrie, values: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The exit and partial arrays of ``exits_from`` without the paths whose first byte
+        is one of ``values`` (kept per set of values: a key position's excepted first
+        letters recur at every key of the same object)."""
+        key = _byte_key(values)
+        found = self._exits_without.get(key)
+        if found is None:
+            skipped = _byte_flags(values)
+            _, exit_first, partial_first = self.first_bytes(trie)
+            keep = ~skipped[exit_first]
+            keep_partial = ~skipped[partial_first]
+            renumber = np.cumsum(keep_partial) - 1
+            partial_ids, partial_owner = self.partial_ids, self.partial_owner
+            if len(partial_ids):
+                kept_tokens = keep_partial[partial_owner]
+                partial_ids, partial_owner = partial_ids[kept_tokens], renumber[partial_owner[kept_tokens]]
+            found = (
+                self.exit_nodes[keep], self.exit_chars[keep], self.exit_tails[keep], self.exit_lengths[keep],
+                self.partial_chars[keep_partial], self.partial_tails[keep_partial], self.partial_lengths[keep_partial],
+                partial_ids, partial_owner,
+            )
+            if len(self._exits_without) >= _MEMBERS_WITHOUT_CACHE:
+                self._exits_without.clear()
+            self._exits_without[key] = found
+        return found
 
-#: Bounds the member lists kept per set of excepted first bytes (each is as large as the group).
+
+#: Bounds the member and exit lists kept per set of excepted first bytes (each is as large as the group).
 _MEMBERS_WITHOUT_CACHE = 16
+
+
+def _byte_key(values: np.ndarray) -> bytes:
+    return bytes(np.unique(values).astype(np.uint8))
 
 
 def _byte_flags(values: np.ndarray) -> np.ndarray:
@@ -453,8 +477,9 @@ class GroupTables:
             if live < len(spec.ascii_bytes) - allowed_exceptions:
                 continue
             successors = row[spec.ascii_array]
-            values, counts = np.unique(successors, return_counts=True)
-            target = int(values[np.argmax(counts)])
+            # At most a quarter of the bytes are exceptions, so the common successor, if
+            # there is one, is the middle one in order.
+            target = int(np.partition(successors, len(successors) // 2)[len(successors) // 2])
             if target == DEAD or target == config:
                 continue
             exceptions = spec.ascii_array[successors != target]
