@@ -327,3 +327,12 @@ class LazyTableAutomaton(TableAutomaton):
         found = int(self.table[config, value])
         self._lazy[config, value] = found
         return found
+
+
+def is_utf8(data: bytes) -> bool:
+    """Whether ``data`` is whole, well-formed UTF-8 (Python's strict decoder agrees)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -144,14 +144,6 @@ def _vocabulary_of(pieces):
     return TokenVocabulary([b"<eos>"] + sorted(set(pieces)), special_ids={0}, eos_token_ids={0})
 
 
-def _whole_characters(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(_TOKEN_BYTES, _MIXED_BYTES), min_size=1, max_size=60))
 def test_subtree_tables_list_the_tokens_and_bytes_below_each_node(pieces):
@@ -169,7 +161,7 @@ def test_subtree_tables_list_the_tokens_and_bytes_below_each_node(pieces):
             for value in spelled[token][len(path):]:
                 expected_bits |= 1 << value
         assert sum(int(word) << (64 * i) for i, word in enumerate(below_bytes[node])) == expected_bits
-        expected_whole = all(_whole_characters(spelled[token][len(path):]) for token in below)
+        expected_whole = all(doubles.is_utf8(spelled[token][len(path):]) for token in below)
         assert whole_characters[node] == expected_whole, (path, sorted(spelled[t] for t in below))
 
 

@@ -13,6 +13,10 @@ from surecall.engine import Grammar
 from surecall.engine.matcher import Matcher, Status
 from surecall.engine.vocab import TokenVocabulary
 
+_spec = importlib.util.spec_from_file_location("automaton_doubles", Path(__file__).with_name("automaton_doubles.py"))
+doubles = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(doubles)
+
 MULTILINGUAL = 'Grüße, 世界! 🦜🧪 naïve café — 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ✓ ﷺ 丂丄 "quoted" \\ back\tslash\n'
 RECORD = r'\{"name": "([^"\\\x00-\x1f]|\\["\\/bfnrt])*", "count": (0|[1-9][0-9]*)\}'
 RECORD_TEXT = '{"name": "Grüße 世界 🦜 \\"x\\"", "count": 42}'
@@ -69,16 +73,8 @@ def check_byte_exact_on_text(encode, vocab):
     # Characters absent from the vocabulary are spelled with single-byte tokens that
     # are not valid UTF-8 alone; their concatenation must give back the exact bytes.
     ids = encode(MULTILINGUAL)
-    assert any(not _is_utf8(vocab.token_bytes(i)) for i in ids)
+    assert any(not doubles.is_utf8(vocab.token_bytes(i)) for i in ids)
     assert b"".join(vocab.token_bytes(i) for i in ids) == MULTILINGUAL.encode()
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def check_matcher_accepts_tokenizer_output(encode, vocab):
@@ -180,9 +176,6 @@ WIDE_PATTERNS = [
 
 @pytest.mark.parametrize("pattern, prefixes", WIDE_PATTERNS)
 def test_wide_masks_equal_brute_force_on_smollm2(smollm2, vocab_dir, pattern, prefixes):
-    spec = importlib.util.spec_from_file_location("automaton_doubles", Path(__file__).with_name("automaton_doubles.py"))
-    doubles = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(doubles)
     vocab = TokenVocabulary.from_tokenizer(smollm2, cache_dir=vocab_dir)
     grammar = Grammar.from_regex(pattern)
     for prefix in prefixes:
