@@ -390,6 +390,8 @@ class _NfaBuilder:
                 if t is Repeat:
                     if self.counts(node):
                         found = 2 + self.size(node.item)
+                    elif self.counts_required(node):
+                        found = 3 + 2 * self.size(node.item)
                     else:
                         copies = node.min + (1 if node.max is None else node.max - node.min)
                         found = 1 + self.size(node.item) * max(copies, 1)
@@ -413,6 +415,10 @@ class _NfaBuilder:
     def counts(self, node: Repeat) -> bool:
         """Whether ``node`` is compiled with an iteration counter instead of unrolled."""
         return node.max is not None and node.max >= COUNTER_MIN and self._plain_nullable(node.item) is False
+
+    def counts_required(self, node: Repeat) -> bool:
+        """Whether ``node`` (unbounded) counts its required copies: ``x{m,}`` as ``x{m}`` then ``x*``."""
+        return node.max is None and node.min >= COUNTER_MIN and self._plain_nullable(node.item) is False
 
     def _plain_nullable(self, node: Node) -> bool | None:
         """None if ``node`` cannot be the body of a counted repetition (it calls a rule,
@@ -571,8 +577,7 @@ class _NfaBuilder:
             body = self.emit(node.item, hub)
             nfa.out[hub] = (body, nxt)
             return self._new(_COUNT_ENTER, out=(body, nxt), arg=counter)
-        if hi is None and lo >= COUNTER_MIN and self._plain_nullable(node.item) is False:
-            # x{m,} as x{m} (counted) then x*
+        if self.counts_required(node):
             loop = self._emit_repeat(Repeat(node.item, 0, None), nxt)
             return self._emit_repeat(Repeat(node.item, lo, lo), loop)
         if hi is None:

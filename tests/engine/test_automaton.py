@@ -689,6 +689,9 @@ def test_unbounded_repetition_counts_its_required_copies():
     grammar = Grammar({"start": seq(literal("<"), repeat(chars([(0x61, 0x7A), (0xE9, 0xE9)]), 300, None), literal(">"))})
     for count, expected in ((299, False), (300, True), (301, True), (1000, True)):
         assert grammar.accepts("<" + "é" * count + ">") == expected, count
+    # Sized as counted too: a rule holding one is small enough to inline where it is used.
+    twice = Grammar({"start": seq(Ref("long"), literal(","), Ref("long")), "long": repeat(chars([(0x61, 0x7A)]), 3000, None)})
+    assert not twice.automaton._nfa.has_calls
 
 
 _COUNTED_CHAR = alt(chars([(0x61, 0x7A), (0xE9, 0xE9), (0x65E5, 0x65E5)]), literal("\\n"))
