@@ -111,6 +111,9 @@ _UTF8_FORMS = (
 #: A non-recursive rule larger than this that is referenced more than once is called
 #: instead of inlined, so shared definitions do not multiply the NFA size.
 INLINE_LIMIT = 4_000
+#: So is one whose copies past the first would add more positions than this (a member
+#: every state of an any-order object accepts, referenced from each of dozens of them).
+INLINE_COPIES_LIMIT = 50_000
 #: Bounded repetitions with at least this upper bound keep one copy of their body and
 #: count the iterations in the items (see ``_NfaBuilder.counts``) instead of unrolling.
 COUNTER_MIN = 4
@@ -370,7 +373,10 @@ class _NfaBuilder:
                 ref_counts[name] = ref_counts.get(name, 0) + 1
         self.called = called
         for name in self.rules:
-            if name not in called and ref_counts.get(name, 0) > 1 and self.rule_size(name) > INLINE_LIMIT:
+            copies = ref_counts.get(name, 0) - 1
+            if name not in called and copies > 0 and (
+                self.rule_size(name) > INLINE_LIMIT or self.rule_size(name) * copies > INLINE_COPIES_LIMIT
+            ):
                 called.add(name)
                 self.sizes.clear()
                 self.node_sizes.clear()

@@ -724,3 +724,15 @@ def test_a_counted_move_repeats_by_counting_within_its_span(low, extra, then, co
     if then is None and low <= count and count + 8 < high and successor != DEAD:
         # Well inside the bounds the chain counts on until the upper bound is near.
         assert span == high - count - 2
+
+
+def test_a_rule_copied_too_often_is_called():
+    # Below the inlining size limit, a rule is still called once its copies would add
+    # more positions than INLINE_COPIES_LIMIT: the grammar does not grow with its uses.
+    member = literal("v" * 2_000)
+    for uses, called in ((20, False), (40, True)):
+        rules = {"start": alt(*(seq(literal(f"k{i}:"), Ref("member")) for i in range(uses))), "member": member}
+        automaton = Grammar(rules).automaton
+        assert ("member" in automaton._nfa.rule_names) == called, uses
+        assert Grammar(rules).accepts(f"k{uses - 1}:" + "v" * 2_000)
+        assert not Grammar(rules).accepts(f"k{uses - 1}:" + "v" * 1_999)
