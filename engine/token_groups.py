@@ -221,7 +221,7 @@ class TokenGroup:
             ids = np.concatenate([by_first[low:high] for low, high in zip(cuts[0::2], cuts[1::2])])
             excluded = np.concatenate([by_first[:0]] + [by_first[low:high] for low, high in zip(cuts[1::2], cuts[2::2])])
             found = (ids, self.member_words & ~pack_ids(excluded, self._top))
-            if len(self._members_without) >= _MEMBERS_WITHOUT_CACHE:
+            if len(self._members_without) >= _EXCEPTED_BYTE_SETS_KEPT:
                 self._members_without.clear()
             self._members_without[key] = found
         return found
@@ -284,14 +284,14 @@ class TokenGroup:
                 self.partial_chars[keep_partial], self.partial_tails[keep_partial], self.partial_lengths[keep_partial],
                 partial_ids, partial_owner,
             )
-            if len(self._exits_without) >= _MEMBERS_WITHOUT_CACHE:
+            if len(self._exits_without) >= _EXCEPTED_BYTE_SETS_KEPT:
                 self._exits_without.clear()
             self._exits_without[key] = found
         return found
 
 
-#: Bounds the member and exit lists kept per set of excepted first bytes (each is as large as the group).
-_MEMBERS_WITHOUT_CACHE = 16
+#: Most sets of excepted first bytes whose member and exit lists are kept (each list is as large as the group).
+_EXCEPTED_BYTE_SETS_KEPT = 16
 
 
 def _byte_key(values: np.ndarray) -> bytes:
