@@ -75,14 +75,6 @@ ANY_STRING_CHAR = alt(
 
 ANY_STRING_BODY = star(ANY_STRING_CHAR)
 
-# One character in the spellings json.dumps uses (raw, short escapes, \u00XX for control
-# characters): the unit of length-limited strings, kept small because every parse state
-# inside such a string holds its positions.
-COUNTED_STRING_CHAR = alt(
-    chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, MAX_CODE_POINT)]),
-    seq("\\", alt(chars([(ord(c), ord(c)) for c in '"\\/bfnrt']), seq("u00", chars([(0x30, 0x31)]), _HEX))),
-)
-
 
 def _effective_ranges(charset: CharSet) -> list[tuple[int, int]]:
     ranges = sorted(charset.ranges)
@@ -147,6 +139,11 @@ def _encoded_char_ranges(ranges: tuple[tuple[int, int], ...]) -> Node:
     if escapes:
         options.append(seq("\\", alt(*escapes)))
     return alt(*options) if options else NOTHING
+
+
+# One character in the spellings json.dumps uses (raw, short escapes, \u00XX for control
+# characters): the unit of length-limited strings.
+COUNTED_STRING_CHAR = encode_char_ranges(_subtract([(0, MAX_CODE_POINT)], _SURROGATES))
 
 
 def encode_text(text: str) -> Node:
