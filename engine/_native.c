@@ -114,6 +114,7 @@ static int32_t compute_entry(PyObject *step, int32_t config, int32_t value) {
  * computed yet, and its native tables, which compute most of those without Python. */
 typedef struct {
     PyObject *automaton, *step, *tables;
+    PyObject *utf8_agrees; /* the automaton's bound method, looked up when first asked */
     Py_buffer table;
     Py_ssize_t num_rows;
 } Stepper;
@@ -155,6 +156,7 @@ static int32_t stepper_entry(Stepper *stepper, int32_t config, int32_t value) {
 static void stepper_close(Stepper *stepper) {
     Py_XDECREF(stepper->step);
     Py_XDECREF(stepper->tables);
+    Py_XDECREF(stepper->utf8_agrees);
     if (stepper->table.obj != NULL) {
         PyBuffer_Release(&stepper->table);
     }
@@ -256,14 +258,18 @@ static int characters_loop(Stepper *stepper, LoopEntry *entry) {
         return 0;
     }
     const int ascii_byte = w * 64 + __builtin_ctzll(entry->loops[w]);
-    PyObject *agrees = PyObject_CallMethod(stepper->automaton, "utf8_agrees", "ii", (int)entry->config, ascii_byte);
-    if (agrees == NULL) {
+    if (stepper->utf8_agrees == NULL &&
+        (stepper->utf8_agrees = PyObject_GetAttrString(stepper->automaton, "utf8_agrees")) == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
             return -1;
         }
         PyErr_Clear();
         entry->characters_loop = -1;
         return 0;
+    }
+    PyObject *agrees = PyObject_CallFunction(stepper->utf8_agrees, "ii", (int)entry->config, ascii_byte);
+    if (agrees == NULL) {
+        return -1;
     }
     const int truth = PyObject_IsTrue(agrees);
     Py_DECREF(agrees);

@@ -26,6 +26,97 @@ enum {
 #define SELF (-1)
 #define CAPSULE_NAME "surecall.engine._native.NfaTables"
 
+/* Tuples made once per distinct fields and handed out again: parse states hold the same
+ * items over and over (most of a state's items inside a called rule recur in the states
+ * next to it), and a tuple found again costs neither an allocation nor a collection.
+ * Keyed by the fields' identities, which the kept tuple keeps alive; an int field may be
+ * a value instead (a configuration number). */
+typedef struct {
+    intptr_t key[4];
+    PyObject *value;  /* owned; NULL: an empty slot */
+} CacheSlot;
+
+typedef struct {
+    CacheSlot *slots;
+    Py_ssize_t capacity, used;  /* capacity a power of two */
+} TupleCache;
+
+/* Repetition counts kept as one int object each, so that items holding them are found in
+ * the item cache. */
+#define COUNTS_KEPT 4096
+
+/* Past this many tuples a cache starts over: only sharing is lost. */
+#define TUPLE_CACHE_LIMIT (1 << 16)
+
+static void tuple_cache_clear(TupleCache *cache) {
+    for (Py_ssize_t i = 0; i < cache->capacity; i++) {
+        Py_XDECREF(cache->slots[i].value);
+    }
+    free(cache->slots);
+    cache->slots = NULL;
+    cache->capacity = cache->used = 0;
+}
+
+static size_t tuple_cache_hash(const intptr_t key[4]) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 4; i++) {
+        h = (h ^ (uint64_t)key[i]) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 29;
+    }
+    return (size_t)h;
+}
+
+/* The slot holding ``key``, or the empty slot where it would go (NULL with no slots). */
+static CacheSlot *tuple_cache_slot(TupleCache *cache, const intptr_t key[4]) {
+    if (cache->capacity == 0) {
+        return NULL;
+    }
+    size_t j = tuple_cache_hash(key) & (size_t)(cache->capacity - 1);
+    for (;;) {
+        CacheSlot *slot = &cache->slots[j];
+        if (slot->value == NULL || memcmp(slot->key, key, sizeof(slot->key)) == 0) {
+            return slot;
+        }
+        j = (j + 1) & (size_t)(cache->capacity - 1);
+    }
+}
+
+/* The tuple kept for ``key`` (borrowed), or NULL. */
+static PyObject *tuple_cache_get(TupleCache *cache, const intptr_t key[4]) {
+    CacheSlot *slot = tuple_cache_slot(cache, key);
+    return slot == NULL ? NULL : slot->value;
+}
+
+/* Keep ``value`` (not stolen) for ``key``, not kept yet; -1 on failure. */
+static int tuple_cache_put(TupleCache *cache, const intptr_t key[4], PyObject *value) {
+    if (cache->used >= TUPLE_CACHE_LIMIT) {
+        tuple_cache_clear(cache);
+    }
+    if ((cache->used + 1) * 2 > cache->capacity) {
+        const Py_ssize_t capacity = cache->capacity ? cache->capacity * 2 : 1024;
+        CacheSlot *slots = (CacheSlot *)calloc((size_t)capacity, sizeof(CacheSlot));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        TupleCache grown = {slots, capacity, 0};
+        for (Py_ssize_t i = 0; i < cache->capacity; i++) {
+            if (cache->slots[i].value != NULL) {
+                *tuple_cache_slot(&grown, cache->slots[i].key) = cache->slots[i];
+                grown.used++;
+            }
+        }
+        free(cache->slots);
+        *cache = grown;
+    }
+    CacheSlot *slot = tuple_cache_slot(cache, key);
+    memcpy(slot->key, key, sizeof(slot->key));
+    Py_INCREF(value);
+    slot->value = value;
+    cache->used++;
+    return 0;
+}
+
 typedef struct {
     Py_ssize_t size;
     int8_t *kind;
@@ -51,6 +142,10 @@ typedef struct {
     int32_t *stack;
     PyObject *pending;   /* automaton.PENDING */
     PyObject *self_origin;
+    PyObject *zero_count, *limited_start; /* token states entering a counter and a counting except! */
+    TupleCache item_cache;  /* items inside calls, watches or counters, by their fields */
+    TupleCache origin_cache; /* origins (configuration, watch) */
+    PyObject **counts;       /* the Python int of each repetition count below COUNTS_KEPT, made on first use */
     PyObject **positions; /* the Python int of each position, made on first use */
     PyObject **plain_items; /* the item (position, None, None, None) of each position, made on first use */
     PyObject *masks;     /* the NFA's mask list (256-bit ints) */
@@ -64,6 +159,8 @@ typedef struct {
     /* For ``entry``: scans of partly filled rows ({config: (by_mask, masks, partition)}),
      * partitions by masks, and a one-element list holding the current successor table. */
     PyObject *row_scans, *partitions, *table_box, *lock;
+    PyObject *lock_acquire, *lock_release; /* the lock's bound methods */
+    Py_buffer table_buffer;  /* a view of the table last read (``table_view``) */
     int text_mode;
     Py_ssize_t max_items, max_configs;
 } NfaTables;
@@ -78,6 +175,16 @@ static void tables_free(NfaTables *t) {
     free(t->visit_stamp); free(t->stack);
     Py_XDECREF(t->pending);
     Py_XDECREF(t->self_origin);
+    Py_XDECREF(t->zero_count);
+    Py_XDECREF(t->limited_start);
+    tuple_cache_clear(&t->item_cache);
+    tuple_cache_clear(&t->origin_cache);
+    if (t->counts != NULL) {
+        for (Py_ssize_t i = 0; i < COUNTS_KEPT; i++) {
+            Py_XDECREF(t->counts[i]);
+        }
+        free(t->counts);
+    }
     if (t->positions != NULL) {
         for (Py_ssize_t p = 0; p < t->size; p++) {
             Py_XDECREF(t->positions[p]);
@@ -95,6 +202,10 @@ static void tables_free(NfaTables *t) {
     Py_XDECREF(t->closures_inside); Py_XDECREF(t->index); Py_XDECREF(t->configs);
     Py_XDECREF(t->accepting); Py_XDECREF(t->callers);
     Py_XDECREF(t->row_scans); Py_XDECREF(t->partitions); Py_XDECREF(t->table_box); Py_XDECREF(t->lock);
+    Py_XDECREF(t->lock_acquire); Py_XDECREF(t->lock_release);
+    if (t->table_buffer.obj != NULL) {
+        PyBuffer_Release(&t->table_buffer);
+    }
     free(t->mask_id);
     free(t->mask_bits);
     free(t);
@@ -295,7 +406,9 @@ PyObject *nfa_tables(PyObject *self, PyObject *args) {
         goto fail;
     }
     t->self_origin = PyLong_FromLong(SELF);
-    if (t->self_origin == NULL) {
+    t->zero_count = PyLong_FromLong(0);
+    t->limited_start = Py_BuildValue("(iO)", 0, Py_False);
+    if (t->self_origin == NULL || t->zero_count == NULL || t->limited_start == NULL) {
         goto fail;
     }
     PyObject *capsule = PyCapsule_New(t, CAPSULE_NAME, capsule_destructor);
@@ -416,32 +529,112 @@ PyObject *frozen(PyObject *self, PyObject *iterable) {
 }
 
 /* (position, origin, watch, token_state), stealing no references. Items outside any call,
- * watch and counter are most items of most grammars: one shared tuple per position. */
+ * watch and counter are most items of most grammars: one shared tuple per position; the
+ * others are shared through the item cache. */
 static PyObject *item_of(NfaTables *t, int32_t position, PyObject *origin, PyObject *watch, PyObject *token_state) {
     const int plain = origin == Py_None && watch == Py_None && token_state == Py_None;
     if (plain && t->plain_items[position] != NULL) {
         Py_INCREF(t->plain_items[position]);
         return t->plain_items[position];
     }
+    const intptr_t key[4] = {position, (intptr_t)origin, (intptr_t)watch, (intptr_t)token_state};
+    if (!plain) {
+        PyObject *kept = tuple_cache_get(&t->item_cache, key);
+        if (kept != NULL) {
+            Py_INCREF(kept);
+            return kept;
+        }
+    }
     PyObject *p = position_object(t, position);
     PyObject *item = p == NULL ? NULL : untracked_if_plain(PyTuple_Pack(4, p, origin, watch, token_state));
-    if (plain && item != NULL) {
+    if (item == NULL) {
+        return NULL;
+    }
+    if (plain) {
         Py_INCREF(item);
         t->plain_items[position] = item;
+    } else if (tuple_cache_put(&t->item_cache, key, item) < 0) {
+        Py_DECREF(item);
+        return NULL;
     }
     return item;
 }
 
-/* Append a new item to ``work``; -1 on failure. */
-static int push(NfaTables *t, PyObject *work, int32_t position, PyObject *origin, PyObject *watch,
+/* The int of a repetition count (a new reference). */
+static PyObject *count_object(NfaTables *t, long count) {
+    if (count < 0 || count >= COUNTS_KEPT) {
+        return PyLong_FromLong(count);
+    }
+    if (t->counts == NULL && (t->counts = (PyObject **)zeroed(COUNTS_KEPT, sizeof(PyObject *))) == NULL) {
+        return NULL;
+    }
+    if (t->counts[count] == NULL && (t->counts[count] = PyLong_FromLong(count)) == NULL) {
+        return NULL;
+    }
+    return Py_NewRef(t->counts[count]);
+}
+
+/* The origin (configuration number, call watch) of items inside a call: one tuple per
+ * distinct pair (a new reference); ``config`` is SELF inside the closure making the call. */
+static PyObject *origin_of(NfaTables *t, long config, PyObject *call_watch) {
+    const intptr_t key[4] = {-1, (intptr_t)config, (intptr_t)call_watch, 0};
+    PyObject *kept = tuple_cache_get(&t->origin_cache, key);
+    if (kept != NULL) {
+        Py_INCREF(kept);
+        return kept;
+    }
+    PyObject *number = config == SELF ? Py_NewRef(t->self_origin) : PyLong_FromLong(config);
+    PyObject *origin = number == NULL ? NULL : untracked_if_plain(PyTuple_Pack(2, number, call_watch));
+    Py_XDECREF(number);
+    if (origin != NULL && tuple_cache_put(&t->origin_cache, key, origin) < 0) {
+        Py_CLEAR(origin);
+    }
+    return origin;
+}
+
+/* Items a closure has still to expand: owned references, taken last in, first out. */
+typedef struct {
+    PyObject **items;
+    Py_ssize_t size, capacity;
+} WorkStack;
+
+/* Put ``item`` on the stack, stealing the reference; -1 on failure (the item released). */
+static int work_put(WorkStack *work, PyObject *item) {
+    if (work->size == work->capacity) {
+        const Py_ssize_t capacity = work->capacity ? work->capacity * 2 : 64;
+        PyObject **grown = (PyObject **)realloc(work->items, (size_t)capacity * sizeof(PyObject *));
+        if (grown == NULL) {
+            Py_DECREF(item);
+            PyErr_NoMemory();
+            return -1;
+        }
+        work->items = grown;
+        work->capacity = capacity;
+    }
+    work->items[work->size++] = item;
+    return 0;
+}
+
+static void work_free(WorkStack *work) {
+    while (work->size) {
+        Py_DECREF(work->items[--work->size]);
+    }
+    free(work->items);
+}
+
+/* Put a new item on ``work``; -1 on failure. */
+static int push(NfaTables *t, WorkStack *work, int32_t position, PyObject *origin, PyObject *watch,
                 PyObject *token_state) {
     PyObject *item = item_of(t, position, origin, watch, token_state);
-    if (item == NULL) {
-        return -1;
+    return item == NULL ? -1 : work_put(work, item);
+}
+
+/* ``*dict``, made empty first if it is NULL; NULL on failure. */
+static PyObject *made_dict(PyObject **dict) {
+    if (*dict == NULL) {
+        *dict = PyDict_New();
     }
-    int status = PyList_Append(work, item);
-    Py_DECREF(item);
-    return status;
+    return *dict;
 }
 
 static PyObject *pair(PyObject *first, PyObject *second) {
@@ -497,6 +690,15 @@ const char close_doc[] = (
 "a frozenset of items; None when it meets an intersection, which only Python handles;\n"
 "the item count (an int) once it exceeds ``max_items``.");
 
+/* Add ``item`` to a closure's items (a frozenset being made), noting whether it is tracked
+ * by the garbage collector; -1 on failure. */
+static int add_item(PyObject *items, PyObject *item, int *any_tracked) {
+    if (PyObject_GC_IsTracked(item)) {
+        *any_tracked = 1;
+    }
+    return PySet_Add(items, item);
+}
+
 /* The closure of ``kernel`` as ``close`` returns it (a new reference). */
 static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int text_mode, PyObject *callers,
                             Py_ssize_t max_items) {
@@ -520,24 +722,34 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
             return kernel;
         }
     }
-    PyObject *items = PySet_New(NULL), *seen = PySet_New(NULL), *work = PySequence_List(kernel);
-    PyObject *callers_self = PyDict_New(), *completed_self = PyDict_New();
-    PyObject *result = NULL, *zero = NULL, *limited_state = NULL;
+    /* The closure's items go straight into the frozenset returned: a set nothing else
+     * holds yet may still be added to. Dictionaries of calls are made when a call is met. */
+    PyObject *items = PyFrozenSet_New(NULL), *seen = PySet_New(NULL);
+    PyObject *callers_self = NULL, *completed_self = NULL;
+    PyObject *result = NULL;
+    WorkStack work = {0};
+    int any_tracked = 0;
     PyObject *any_token_state = (at_boundary || text_mode) ? Py_None : t->pending;
-    if (!items || !seen || !work || !callers_self || !completed_self) {
+    if (!items || !seen) {
         goto done;
     }
-    if (!(zero = PyLong_FromLong(0)) || !(limited_state = Py_BuildValue("(iO)", 0, Py_False))) {
-        goto done;
-    }
-    while (PyList_GET_SIZE(work)) {
-        Py_ssize_t last = PyList_GET_SIZE(work) - 1;
-        PyObject *item = PyList_GET_ITEM(work, last);
-        Py_INCREF(item);
-        if (PyList_SetSlice(work, last, last + 1, NULL) < 0) {
-            Py_DECREF(item);
+    {
+        PyObject *iterator = PyObject_GetIter(kernel), *member;
+        if (iterator == NULL) {
             goto done;
         }
+        while ((member = PyIter_Next(iterator)) != NULL) {
+            if (work_put(&work, member) < 0) {
+                break;
+            }
+        }
+        Py_DECREF(iterator);
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+    }
+    while (work.size) {
+        PyObject *item = work.items[--work.size];
         int added = PySet_Contains(seen, item);
         if (added == 0) {
             added = PySet_Add(seen, item) < 0 ? -1 : 0;
@@ -568,7 +780,7 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
             case K_BYTE:
             case K_ACCEPT:
                 made = item_of(t, q, o, w, state);
-                status = made ? PySet_Add(items, made) : -1;
+                status = made ? add_item(items, made, &any_tracked) : -1;
                 break;
             case K_CALL: {
                 made = item_of(t, q, o, w, state);
@@ -581,12 +793,13 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
                     status = known < 0 ? -1 : 0;
                     break;
                 }
-                if (PySet_Add(items, made) < 0) {
+                if (add_item(items, made, &any_tracked) < 0) {
                     status = -1;
                     break;
                 }
                 PyObject *key = rule_key(a, w);
-                PyObject *callers_of_rule = key ? PyDict_GetItemWithError(callers_self, key) : NULL;
+                PyObject *callers_of_rule =
+                    key && made_dict(&callers_self) ? PyDict_GetItemWithError(callers_self, key) : NULL;
                 if (key == NULL || (callers_of_rule == NULL && PyErr_Occurred())) {
                     Py_XDECREF(key);
                     status = -1;
@@ -603,16 +816,16 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
                     callers_of_rule = fresh;
                     Py_DECREF(fresh);  /* the dict holds it */
                 }
-                PyObject *origin = pair(t->self_origin, w);
+                PyObject *origin = origin_of(t, SELF, w);
                 if (origin == NULL || PyList_Append(callers_of_rule, made) < 0 ||
-                    push(t, work, t->rule_start[a], origin, w, Py_None) < 0) {
+                    push(t, &work, t->rule_start[a], origin, w, Py_None) < 0) {
                     Py_XDECREF(origin);
                     Py_DECREF(key);
                     status = -1;
                     break;
                 }
                 Py_DECREF(origin);
-                PyObject *done_watches = PyDict_GetItemWithError(completed_self, key);
+                PyObject *done_watches = completed_self ? PyDict_GetItemWithError(completed_self, key) : NULL;
                 Py_DECREF(key);
                 if (done_watches == NULL) {
                     status = PyErr_Occurred() ? -1 : 0;
@@ -624,7 +837,7 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
                     break;
                 }
                 while ((done_watch = PyIter_Next(iterator)) != NULL) {
-                    status = push(t, work, t->out[q], o, done_watch, state);
+                    status = push(t, &work, t->out[q], o, done_watch, state);
                     Py_DECREF(done_watch);
                     if (status < 0) {
                         break;
@@ -650,7 +863,8 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
                     break;
                 }
                 if (self_call) {
-                    PyObject *done_watches = PyDict_GetItemWithError(completed_self, key);
+                    PyObject *done_watches =
+                        made_dict(&completed_self) ? PyDict_GetItemWithError(completed_self, key) : NULL;
                     if (done_watches == NULL) {
                         PyObject *fresh = PyErr_Occurred() ? NULL : PySet_New(NULL);
                         if (fresh == NULL || PyDict_SetItem(completed_self, key, fresh) < 0) {
@@ -668,7 +882,7 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
                         status = known == 1 ? 0 : -1;
                         break;
                     }
-                    PyObject *waiting = PyDict_GetItemWithError(callers_self, key);
+                    PyObject *waiting = callers_self ? PyDict_GetItemWithError(callers_self, key) : NULL;
                     Py_DECREF(key);
                     if (waiting == NULL) {
                         status = PyErr_Occurred() ? -1 : 0;
@@ -679,7 +893,7 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
                         PyObject *co, *cw, *ct;
                         status = unpack_item(t, PyList_GET_ITEM(waiting, c), &cq, &co, &cw, &ct);
                         if (status == 0) {
-                            status = push(t, work, t->out[cq], co, w, ct);
+                            status = push(t, &work, t->out[cq], co, w, ct);
                         }
                     }
                     break;
@@ -704,29 +918,29 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
                         PyErr_SetString(PyExc_ValueError, "a caller entry is not a 3-tuple");
                         status = -1;
                     } else if ((status = as_index(PyTuple_GET_ITEM(entry, 0), t->size, &ret)) == 0) {
-                        status = push(t, work, (int32_t)ret, PyTuple_GET_ITEM(entry, 1), w, PyTuple_GET_ITEM(entry, 2));
+                        status = push(t, &work, (int32_t)ret, PyTuple_GET_ITEM(entry, 1), w, PyTuple_GET_ITEM(entry, 2));
                     }
                 }
                 break;
             }
             case K_ANY_START:
                 made = item_of(t, q, o, w, any_token_state);
-                status = made ? PySet_Add(items, made) : -1;
+                status = made ? add_item(items, made, &any_tracked) : -1;
                 break;
             case K_ANY_INSIDE:
                 made = item_of(t, q, o, w, Py_None);
-                status = made ? PySet_Add(items, made) : -1;
+                status = made ? add_item(items, made, &any_tracked) : -1;
                 if (status == 0 && text_mode) {
-                    status = push(t, work, a, o, w, Py_None);
+                    status = push(t, &work, a, o, w, Py_None);
                 }
                 break;
             case K_EX_ENTER:
-                status = push(t, work, t->out[q], o, w, (!text_mode && t->except_limited[a]) ? limited_state : Py_None);
+                status = push(t, &work, t->out[q], o, w, (!text_mode && t->except_limited[a]) ? t->limited_start : Py_None);
                 break;
             case K_COUNT_ENTER:
-                status = push(t, work, t->out[q], o, w, zero);
+                status = push(t, &work, t->out[q], o, w, t->zero_count);
                 if (status == 0 && t->counter_low[a] == 0) {
-                    status = push(t, work, t->after[q], o, w, Py_None);
+                    status = push(t, &work, t->after[q], o, w, Py_None);
                 }
                 break;
             case K_COUNT_HUB: {
@@ -737,17 +951,17 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
                 }
                 done_count += 1;
                 if (done_count < t->counter_high[a]) {
-                    PyObject *number = PyLong_FromLong(done_count);
-                    status = number ? push(t, work, t->out[q], o, w, number) : -1;
+                    PyObject *number = count_object(t, done_count);
+                    status = number ? push(t, &work, t->out[q], o, w, number) : -1;
                     Py_XDECREF(number);
                 }
                 if (status == 0 && done_count >= t->counter_low[a]) {
-                    status = push(t, work, t->after[q], o, w, Py_None);
+                    status = push(t, &work, t->after[q], o, w, Py_None);
                 }
                 break;
             }
             case K_EX_EXIT:
-                status = push(t, work, t->out[q], o, w, Py_None);
+                status = push(t, &work, t->out[q], o, w, Py_None);
                 break;
             default:  /* intersections: Python's closure handles them */
                 Py_INCREF(Py_None);
@@ -764,16 +978,18 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
             goto done;
         }
     }
-    result = plain_frozenset(items);
+    if (!any_tracked) {
+        PyObject_GC_UnTrack(items);  /* as ``plain_frozenset`` */
+    }
+    result = items;
+    items = NULL;
 
 done:
     Py_XDECREF(items);
     Py_XDECREF(seen);
-    Py_XDECREF(work);
+    work_free(&work);
     Py_XDECREF(callers_self);
     Py_XDECREF(completed_self);
-    Py_XDECREF(zero);
-    Py_XDECREF(limited_state);
     return result;
 }
 
@@ -908,7 +1124,7 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
             }
             if (self_call) {
                 if (last_origin == NULL || call_watch != last_watch) {
-                    PyObject *made = pair(config_number, call_watch);
+                    PyObject *made = origin_of(t, config, call_watch);
                     if (made == NULL) {
                         Py_DECREF(item);
                         goto done;
@@ -1016,7 +1232,7 @@ static int intern_info_of(NfaTables *t, PyObject *items, long config, int *accep
             long origin_config;
             int self_call = o == Py_None ? 0 : is_self_origin(o, &call_watch, &origin_config);
             if (self_call == 1) {
-                origin = made_origin = pair(config_number, call_watch);
+                origin = made_origin = origin_of(t, config, call_watch);
             }
             PyObject *key = NULL, *entry = NULL, *returns = NULL;
             PyObject *return_position = self_call < 0 ? NULL : position_object(t, t->out[p]);
@@ -1102,6 +1318,14 @@ PyObject *bind_containers(PyObject *self, PyObject *args) {
         *slots[i] = fresh[i];
         Py_XDECREF(old);
     }
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    PyObject *release = acquire == NULL ? NULL : PyObject_GetAttrString(lock, "release");
+    if (release == NULL) {
+        Py_XDECREF(acquire);
+        return NULL;
+    }
+    Py_XSETREF(t->lock_acquire, acquire);
+    Py_XSETREF(t->lock_release, release);
     t->text_mode = text_mode;
     t->max_items = max_items;
     t->max_configs = max_configs;
@@ -1494,12 +1718,25 @@ static int array_view(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, int
     return 0;
 }
 
-/* The successor table's rows, as a writable view; -1 on error. */
-static int table_view(NfaTables *t, Py_buffer *table) {
+/* The successor table's rows, as a writable view kept until the automaton replaces the
+ * table (as it grows); NULL on error. */
+static Py_buffer *table_view(NfaTables *t) {
     if (PyList_GET_SIZE(t->table_box) != 1) {
         PyErr_SetString(PyExc_ValueError, "the table box does not hold one table");
-        return -1;
+        return NULL;
     }
+    PyObject *table = PyList_GET_ITEM(t->table_box, 0);
+    if (t->table_buffer.obj != table) {
+        if (t->table_buffer.obj != NULL) {
+            PyBuffer_Release(&t->table_buffer);
+        }
+        if (array_view(table, &t->table_buffer, 4, 1, 1) < 0) {
+            t->table_buffer.obj = NULL;
+            return NULL;
+        }
+    }
+    return &t->table_buffer;
+}
     return array_view(PyList_GET_ITEM(t->table_box, 0), table, 4, 1, 1);
 }
 
@@ -1576,7 +1813,7 @@ const char entry_doc[] = (
 /* A row being filled: a writable view of the table, the row, and once its scan is known,
  * each byte's part (a view of the partition's array) and the parts' byte-set indices. */
 typedef struct {
-    Py_buffer table, part_view;
+    Py_buffer *table, part_view;
     int32_t *row;
     PyObject *scan, *parts;
     const Py_ssize_t *part_of_byte;
@@ -1593,14 +1830,14 @@ static int open_row(NfaTables *t, long config, int byte, const char *function, R
         PyErr_Format(PyExc_IndexError, "%s: no such configuration or byte", function);
         return ROW_ERROR;
     }
-    if (table_view(t, &work->table) < 0) {
+    if ((work->table = table_view(t)) == NULL) {
         return ROW_ERROR;
     }
-    if (config >= work->table.shape[0]) {
+    if (config >= work->table->shape[0]) {
         PyErr_Format(PyExc_IndexError, "%s: the table has no row for the configuration", function);
         return ROW_ERROR;
     }
-    work->row = (int32_t *)work->table.buf + (Py_ssize_t)config * 256;
+    work->row = (int32_t *)work->table->buf + (Py_ssize_t)config * 256;
     if (byte >= 0 && work->row[byte] != UNKNOWN) {
         return ROW_KNOWN;
     }
@@ -1634,9 +1871,6 @@ static int open_row(NfaTables *t, long config, int byte, const char *function, R
 static void close_row(RowWork *work) {
     if (work->part_view.obj != NULL) {
         PyBuffer_Release(&work->part_view);
-    }
-    if (work->table.obj != NULL) {
-        PyBuffer_Release(&work->table);
     }
     Py_XDECREF(work->scan);
 }
@@ -1700,7 +1934,7 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int byte_unused) {
         if (part < 0 || work.row[first] != UNKNOWN) {
             continue;  /* dead, or its part is filled */
         }
-        if (PyList_GET_SIZE(t->configs) >= work.table.shape[0]) {
+        if (PyList_GET_SIZE(t->configs) >= work.table->shape[0]) {
             result = Py_None;  /* no spare row: Python grows the table and finishes */
             break;
         }
@@ -1718,7 +1952,7 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int byte_unused) {
 /* ``build`` under the automaton's lock: configurations are built by one thread at a time,
  * whether here or in Python. */
 static PyObject *locked(NfaTables *t, PyObject *(*build)(NfaTables *, long, int), long config, int byte) {
-    PyObject *acquired = PyObject_CallMethod(t->lock, "acquire", NULL);
+    PyObject *acquired = PyObject_CallNoArgs(t->lock_acquire);
     if (acquired == NULL) {
         return NULL;
     }
@@ -1726,7 +1960,7 @@ static PyObject *locked(NfaTables *t, PyObject *(*build)(NfaTables *, long, int)
     PyObject *result = build(t, config, byte);
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
-    PyObject *released = PyObject_CallMethod(t->lock, "release", NULL);
+    PyObject *released = PyObject_CallNoArgs(t->lock_release);
     if (released == NULL) {
         Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(traceback);
         Py_XDECREF(result);
