@@ -146,6 +146,7 @@ typedef struct {
     TupleCache item_cache;  /* items inside calls, watches or counters, by their fields */
     TupleCache origin_cache; /* origins (configuration, watch) */
     PyObject **counts;       /* the Python int of each repetition count below COUNTS_KEPT, made on first use */
+    PyObject *closure_seen;  /* the items a closure has expanded, emptied after each (NULL while in use) */
     PyObject **positions; /* the Python int of each position, made on first use */
     PyObject **plain_items; /* the item (position, None, None, None) of each position, made on first use */
     PyObject *masks;     /* the NFA's mask list (256-bit ints) */
@@ -179,6 +180,7 @@ static void tables_free(NfaTables *t) {
     Py_XDECREF(t->limited_start);
     tuple_cache_clear(&t->item_cache);
     tuple_cache_clear(&t->origin_cache);
+    Py_XDECREF(t->closure_seen);
     if (t->counts != NULL) {
         for (Py_ssize_t i = 0; i < COUNTS_KEPT; i++) {
             Py_XDECREF(t->counts[i]);
@@ -724,7 +726,11 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
     }
     /* The closure's items go straight into the frozenset returned: a set nothing else
      * holds yet may still be added to. Dictionaries of calls are made when a call is met. */
-    PyObject *items = PyFrozenSet_New(NULL), *seen = PySet_New(NULL);
+    /* The set of expanded items is kept between closures: a set made and dropped per
+     * closure is most of what the garbage collector is asked to look at. */
+    PyObject *seen = t->closure_seen != NULL ? t->closure_seen : PySet_New(NULL);
+    t->closure_seen = NULL;
+    PyObject *items = PyFrozenSet_New(NULL);
     PyObject *callers_self = NULL, *completed_self = NULL;
     PyObject *result = NULL;
     WorkStack work = {0};
@@ -986,6 +992,17 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
 
 done:
     Py_XDECREF(items);
+    if (seen != NULL && t->closure_seen == NULL) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (PySet_Clear(seen) == 0) {
+            t->closure_seen = seen;
+            seen = NULL;
+        } else {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, traceback);
+    }
     Py_XDECREF(seen);
     work_free(&work);
     Py_XDECREF(callers_self);
@@ -1080,12 +1097,22 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
     /* Items grouped by the index of their mask: a few groups, searched in order. */
     int32_t group_mask[MAX_SCAN_GROUPS];
     int32_t group_position[MAX_SCAN_GROUPS];
-    PyObject *groups[MAX_SCAN_GROUPS];
+    Py_ssize_t group_size[MAX_SCAN_GROUPS];
     int num_groups = 0;
-    PyObject *config_number = PyLong_FromLong(config), *iterator = NULL, *item, *result = NULL;
+    /* The scanned items in order, with their groups' numbers: the groups' tuples are made
+     * at their sizes once all are known. */
+    const Py_ssize_t most = PySet_GET_SIZE(items);
+    PyObject **scanned_items = (PyObject **)malloc((size_t)(most > 0 ? most : 1) * sizeof(PyObject *));
+    uint8_t *scanned_group = (uint8_t *)malloc((size_t)(most > 0 ? most : 1));
+    Py_ssize_t num_scanned = 0;
+    PyObject *iterator = NULL, *item, *result = NULL;
     PyObject *last_watch = NULL, *last_origin = NULL;  /* the SELF origin made for ``last_watch`` */
     PyObject *by_mask = NULL;
-    if (config_number == NULL || (iterator = PyObject_GetIter(items)) == NULL) {
+    if (scanned_items == NULL || scanned_group == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((iterator = PyObject_GetIter(items)) == NULL) {
         goto done;
     }
     while ((item = PyIter_Next(iterator)) != NULL) {
@@ -1148,23 +1175,27 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
             g++;
         }
         if (g == num_groups) {
-            if (num_groups == MAX_SCAN_GROUPS || (groups[g] = PyList_New(0)) == NULL) {
+            if (num_groups == MAX_SCAN_GROUPS || num_scanned == most) {
+                /* More byte sets than groups (or a set changed size): Python's scan handles it. */
                 Py_DECREF(scanned);
-                if (!PyErr_Occurred()) {  /* more byte sets than groups: Python's scan handles it */
-                    Py_INCREF(Py_None);
-                    result = Py_None;
-                }
+                Py_INCREF(Py_None);
+                result = Py_None;
                 goto done;
             }
             group_mask[g] = mask;
             group_position[g] = p;
+            group_size[g] = 0;
             num_groups++;
         }
-        int status = PyList_Append(groups[g], scanned);
-        Py_DECREF(scanned);
-        if (status < 0) {
+        if (num_scanned == most) {
+            Py_DECREF(scanned);
+            Py_INCREF(Py_None);
+            result = Py_None;
             goto done;
         }
+        scanned_items[num_scanned] = scanned;
+        scanned_group[num_scanned++] = (uint8_t)g;
+        group_size[g]++;
     }
     if (PyErr_Occurred() || (by_mask = PyDict_New()) == NULL) {
         goto done;
@@ -1172,9 +1203,20 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
     /* Tuples: rows keep these until complete, and tuples of plain values drop out of the
      * garbage collector's tracking where lists would not. */
     for (int g = 0; g < num_groups; g++) {
-        PyObject *frozen = untracked_if_plain(PyList_AsTuple(groups[g]));
-        if (frozen == NULL || PyDict_SetItem(by_mask, PyList_GET_ITEM(t->masks, group_position[g]), frozen) < 0) {
-            Py_XDECREF(frozen);
+        PyObject *frozen = PyTuple_New(group_size[g]);
+        if (frozen == NULL) {
+            goto done;
+        }
+        Py_ssize_t filled = 0;
+        for (Py_ssize_t i = 0; i < num_scanned; i++) {
+            if (scanned_group[i] == g) {
+                Py_INCREF(scanned_items[i]);
+                PyTuple_SET_ITEM(frozen, filled++, scanned_items[i]);
+            }
+        }
+        frozen = untracked_if_plain(frozen);
+        if (PyDict_SetItem(by_mask, PyList_GET_ITEM(t->masks, group_position[g]), frozen) < 0) {
+            Py_DECREF(frozen);
             goto done;
         }
         Py_DECREF(frozen);
@@ -1183,13 +1225,14 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
     by_mask = NULL;
 
 done:
-    for (int g = 0; g < num_groups; g++) {
-        Py_DECREF(groups[g]);
+    for (Py_ssize_t i = 0; i < num_scanned; i++) {
+        Py_DECREF(scanned_items[i]);
     }
+    free(scanned_items);
+    free(scanned_group);
     Py_XDECREF(last_origin);
     Py_XDECREF(iterator);
     Py_XDECREF(by_mask);
-    Py_XDECREF(config_number);
     return result;
 }
 
@@ -1395,52 +1438,46 @@ static PyObject *successor_of(NfaTables *t, PyObject *by_mask, PyObject *masks, 
         return NULL;
     }
     const Py_ssize_t num_members = PyList_GET_SIZE(members);
-    PyObject *source = NULL;
+    if (num_members == 0) {
+        return PyLong_FromLong(-1);
+    }
+    /* The kernel: the items scanned by the part's byte sets, added straight into the
+     * frozenset (a set nothing else holds yet may still be added to). */
+    PyObject *kernel = PyFrozenSet_New(NULL);
+    int any_tracked = 0;
+    if (kernel == NULL) {
+        return NULL;
+    }
     for (Py_ssize_t i = 0; i < num_members; i++) {
         Py_ssize_t index = PyNumber_AsSsize_t(PyList_GET_ITEM(members, i), PyExc_IndexError);
         if (index == -1 && PyErr_Occurred()) {
-            Py_XDECREF(source);
+            Py_DECREF(kernel);
             return NULL;
         }
         if (index < 0 || index >= PySequence_Fast_GET_SIZE(masks)) {
-            Py_XDECREF(source);
+            Py_DECREF(kernel);
             PyErr_SetString(PyExc_IndexError, "successor: a member is not an index of masks");
             return NULL;
         }
         PyObject *scanned = PyDict_GetItemWithError(by_mask, PySequence_Fast_ITEMS(masks)[index]);
-        if (scanned == NULL) {
-            Py_XDECREF(source);
+        if (scanned == NULL || !PyTuple_Check(scanned)) {
+            Py_DECREF(kernel);
             if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_KeyError, "successor: a byte set has no scanned items");
+                PyErr_SetString(scanned == NULL ? PyExc_KeyError : PyExc_TypeError,
+                                scanned == NULL ? "successor: a byte set has no scanned items"
+                                                : "successor: scanned items are not a tuple");
             }
             return NULL;
         }
-        if (num_members == 1) {
-            Py_INCREF(scanned);
-            source = scanned;
-        } else {
-            if (!PyTuple_Check(scanned)) {
-                PyErr_SetString(PyExc_TypeError, "successor: scanned items are not a tuple");
-            } else if (source != NULL || (source = PyList_New(0)) != NULL) {
-                for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(scanned); j++) {
-                    if (PyList_Append(source, PyTuple_GET_ITEM(scanned, j)) < 0) {
-                        break;
-                    }
-                }
-            }
-            if (PyErr_Occurred()) {
-                Py_XDECREF(source);
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(scanned); j++) {
+            if (add_item(kernel, PyTuple_GET_ITEM(scanned, j), &any_tracked) < 0) {
+                Py_DECREF(kernel);
                 return NULL;
             }
         }
     }
-    if (source == NULL) {
-        return PyLong_FromLong(-1);
-    }
-    PyObject *kernel = plain_frozenset(source);
-    Py_DECREF(source);
-    if (kernel == NULL) {
-        return NULL;
+    if (!any_tracked) {
+        PyObject_GC_UnTrack(kernel);  /* as ``plain_frozenset`` */
     }
     if (PySet_GET_SIZE(kernel) == 0) {
         Py_DECREF(kernel);
