@@ -511,7 +511,7 @@ class Matcher(MatcherBase):
         self._tables = _shared_tables(automaton, vocab)
         self._text_check = getattr(grammar, "text_check", None)
         self._check_memo: tuple | None = None
-        self._check_mask_memo: tuple | None = None
+        self._check_mask_memo: list | None = None
         super().__init__(vocab, max_tokens)
 
     def _initial_state(self) -> int:
@@ -533,47 +533,48 @@ class Matcher(MatcherBase):
     def _current_mask(self, ids_needed: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
         if self._text_check is None:
             return super()._current_mask(ids_needed)
-        ids, words = super()._current_mask()
+        _, words = super()._current_mask(ids_needed=False)
         text = bytes(self._text)
         memo = self._check_mask_memo
-        if memo is not None and memo[0] == text and memo[1] is ids:
-            return memo[2]
-        result = self._checked_mask(ids, words)
-        self._check_mask_memo = (text, ids, result)
-        return result
+        if memo is None or memo[0] != text or memo[1] is not words:
+            memo = self._check_mask_memo = [text, words, self._checked_words(words), None]
+        kept = memo[2]
+        if not ids_needed:
+            return None, kept
+        if memo[3] is None:
+            memo[3] = super()._current_mask()[0] if kept is words else unpack_ids(kept, self.vocab.size)
+        return memo[3], kept
 
-    def _checked_mask(self, ids: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Drop the tokens the text check rejects; only tokens holding one of its trigger bytes can be rejected."""
+    def _checked_words(self, words: np.ndarray) -> np.ndarray:
+        """``words`` without the tokens the text check rejects (``words`` itself when it
+        rejects none); only tokens holding one of its trigger bytes can be rejected."""
         check = self._text_check
         state = self._check_state()
         if state is None:
-            return ids, words
+            return words
+        vocab = self.vocab
+        candidates = words
         triggers = check.trigger_bytes(state)
-        if not len(ids):
-            return ids, words
-        candidates = ids
         if triggers:
-            candidates = candidates[self.vocab.tokens_holding(triggers)[candidates]]
+            candidates = candidates & vocab.tokens_holding_words(triggers)
         in_order = getattr(check, "trigger_in_order", None)
         sequence = in_order(state) if in_order is not None else None
         if sequence:
-            candidates = candidates[self.vocab.tokens_holding_in_order(sequence)[candidates]]
-        candidates = candidates.tolist()
+            candidates = candidates & vocab.tokens_holding_in_order_words(sequence)
+        candidate_ids = unpack_ids(candidates, vocab.size).tolist()
         refused_among = getattr(check, "refused_among", None)
         if refused_among is not None:
-            token_bytes = self.vocab.token_bytes
-            rejected = [candidates[i] for i in refused_among(state, [token_bytes(t) for t in candidates])]
+            token_bytes = vocab.token_bytes
+            rejected = [candidate_ids[i] for i in refused_among(state, [token_bytes(t) for t in candidate_ids])]
         else:
-            rejected = [t for t in candidates if check.feed(state, self.vocab.token_bytes(t)) is None]
+            rejected = [t for t in candidate_ids if check.feed(state, vocab.token_bytes(t)) is None]
         if not rejected:
-            return ids, words
-        dropped = np.zeros(self.vocab.size, dtype=bool)
-        dropped[rejected] = True
+            return words
         # Clearing the rejected bits beats packing the kept ids again.
         rejected_ids = np.asarray(rejected, dtype=np.uint32)
-        kept_words = words.copy()
-        np.bitwise_and.at(kept_words, rejected_ids >> 5, ~np.left_shift(np.uint32(1), rejected_ids & 31))
-        return ids[~dropped[ids]], kept_words
+        kept = words.copy()
+        np.bitwise_and.at(kept, rejected_ids >> 5, ~np.left_shift(np.uint32(1), rejected_ids & 31))
+        return kept
 
     def _accepts_token(self, token_id: int):
         new_state = super()._accepts_token(token_id)

@@ -356,5 +356,17 @@ def pack_ids(ids: np.ndarray, size: int) -> np.ndarray:
 
 
 def unpack_ids(words: np.ndarray, size: int) -> np.ndarray:
+    """The sorted ids whose bits are set in ``words`` (``pack_ids`` undone)."""
+    nonzero = np.flatnonzero(words)
+    if len(nonzero) * _SPARSE_WORDS < len(words):
+        # Few words set (a mask of keys, a check's candidates): expand only those.
+        bits = np.unpackbits(words[nonzero].astype("<u4").view(np.uint8).reshape(-1, 4), axis=1, bitorder="little")
+        rows, columns = np.nonzero(bits)
+        ids = nonzero[rows] * 32 + columns
+        return ids[ids < size].astype(np.int32)
     flags = np.unpackbits(words.view(np.uint8), bitorder="little")[:size]
     return np.flatnonzero(flags).astype(np.int32)
+
+
+# Below one set word in this many, unpacking expands the set words alone.
+_SPARSE_WORDS = 8

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .trie import TokenTrie
+from .trie import TokenTrie, pack_ids
 
 CACHE_FORMAT = 1
 
@@ -193,6 +193,20 @@ class TokenVocabulary:
             found = np.zeros(self.size, dtype=bool)
             found[trie.token_ids] = progress[trie.token_nodes] == len(wanted)
             self._holding[key] = found
+        return found
+
+    def tokens_holding_words(self, values: bytes) -> np.ndarray:
+        """``tokens_holding`` as a packed bitset (uint32 words, as masks are; cached)."""
+        return self._packed(("words", bytes(sorted(set(values)))), lambda: self.tokens_holding(values))
+
+    def tokens_holding_in_order_words(self, sequence: bytes) -> np.ndarray:
+        """``tokens_holding_in_order`` as a packed bitset (cached)."""
+        return self._packed(("in order words", bytes(sequence)), lambda: self.tokens_holding_in_order(sequence))
+
+    def _packed(self, key: tuple, flags_of) -> np.ndarray:
+        found = self._holding.get(key)
+        if found is None:
+            found = self._holding[key] = pack_ids(np.flatnonzero(flags_of()), self.size)
         return found
 
     def decode(self, token_ids: Iterable[int]) -> bytes:

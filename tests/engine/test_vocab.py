@@ -202,6 +202,15 @@ def test_packed_bitsets(packer, ids):
     assert unpack_ids(words, 100).tolist() == sorted(ids)
 
 
+@settings(max_examples=60, deadline=None)
+@given(ids=st.sets(st.integers(0, 4998), max_size=400))
+def test_unpacking_expands_few_set_words_alone_with_the_same_ids(ids):
+    # Masks of a few keys set a handful of 157 words: those words alone are expanded.
+    words = pack_ids(np.array(sorted(ids), dtype=np.int32), 4999)
+    assert unpack_ids(words, 4999).tolist() == sorted(ids)
+    assert unpack_ids(words, 4999).dtype == np.int32
+
+
 @pytest.mark.skipif(native.set_bits is None, reason="the native extension is not built")
 def test_native_bit_setting_refuses_ids_outside_the_words():
     words = np.zeros(2, dtype=np.uint32)
@@ -221,6 +230,7 @@ def test_tokens_holding_matches_a_scan_of_each_token(strings, wanted):
     for token_id, data in enumerate(strings):
         assert holding[token_id] == any(value in data for value in wanted)
     assert not holding[len(strings)], "special tokens hold no text"
+    assert unpack_ids(vocab.tokens_holding_words(wanted), vocab.size).tolist() == np.flatnonzero(holding).tolist()
 
 
 def _holds_in_order(data: bytes, sequence: bytes) -> bool:
@@ -241,6 +251,8 @@ def test_tokens_holding_in_order_matches_a_scan_of_each_token(strings, sequence)
     for token_id, data in enumerate(strings):
         assert holding[token_id] == (bool(data) and _holds_in_order(data, sequence)), (data, sequence)
     assert not holding[len(strings)], "special tokens hold no text"
+    packed = vocab.tokens_holding_in_order_words(sequence)
+    assert unpack_ids(packed, vocab.size).tolist() == np.flatnonzero(holding).tolist()
 
 
 @settings(max_examples=40, deadline=None)

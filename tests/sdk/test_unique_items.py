@@ -7,11 +7,13 @@ import pickle
 import random
 
 import jsonschema
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from surecall.engine.matcher import Matcher, Status
+from surecall.engine.trie import unpack_ids, words_for
 from surecall.engine.vocab import TokenVocabulary
 from surecall.schema import UnsupportedSchemaError, grammar_from_schema
 from surecall.schema_unique import canonical
@@ -31,8 +33,12 @@ def sample(grammar, seed: int, max_steps: int = 60) -> tuple[bytes, bool]:
     rng = random.Random(seed)
     matcher = Matcher(grammar, VOCAB)
     for _ in range(max_steps):
+        # The bitmask first: it is checked without the allowed ids, which come after.
+        bits = np.zeros(words_for(VOCAB.size), dtype=np.int32)
+        matcher.fill_bitmask(bits)
         allowed = matcher.allowed_token_ids().tolist()
         assert allowed, f"no token allowed after {matcher.text_bytes()!r}"
+        assert unpack_ids(bits.view(np.uint32), VOCAB.size).tolist() == allowed
         if matcher.is_accepting() and rng.random() < 0.3:
             return matcher.text_bytes(), True
         choices = [t for t in allowed if t not in VOCAB.eos_token_ids] or allowed
