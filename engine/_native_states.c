@@ -1774,8 +1774,6 @@ static Py_buffer *table_view(NfaTables *t) {
     }
     return &t->table_buffer;
 }
-    return array_view(PyList_GET_ITEM(t->table_box, 0), table, 4, 1, 1);
-}
 
 /* The scan of configuration ``config`` kept for its partly filled row, made (and its row
  * reset to the partition's fresh row) if there is none. A new reference; None when the row
@@ -1961,12 +1959,11 @@ static PyObject *entry_locked(NfaTables *t, long config, int byte) {
  * True, or None when Python must finish the row (no plain scan, a partition not made,
  * a closure meeting an intersection, no spare table row for a new configuration, or a
  * limit exceeded, which Python raises). */
-static PyObject *fill_row_locked(NfaTables *t, long config, int byte_unused) {
-    (void)byte_unused;
+static PyObject *fill_row_locked(NfaTables *t, long config, int end) {
     RowWork work;
     const int status = open_row(t, config, -1, "fill_row", &work);
     PyObject *result = status == ROW_READY ? Py_True : status == ROW_PYTHON ? Py_None : NULL;
-    for (int first = 0; result == Py_True && first < 256; first++) {
+    for (int first = 0; result == Py_True && first < end; first++) {
         const Py_ssize_t part = work.part_of_byte[first];
         if (part < 0 || work.row[first] != UNKNOWN) {
             continue;  /* dead, or its part is filled */
@@ -2028,24 +2025,30 @@ PyObject *entry(PyObject *self, PyObject *args) {
 }
 
 const char fill_row_doc[] = (
-"fill_row(tables, config)\n"
+"fill_row(tables, config, end=256)\n"
 "\n"
 "Fills every entry of configuration ``config``'s row not filled yet, as\n"
 "``ByteAutomaton._compute_row_locked`` for a row of plain scans, with the containers\n"
-"given to ``bind``: True, or None when Python must finish the row.");
+"given to ``bind``: True, or None when Python must finish the row. With ``end``, only\n"
+"the parts holding a byte below it (the row stays incomplete).");
 
 PyObject *fill_row(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *capsule;
     long config;
-    if (!PyArg_ParseTuple(args, "Ol:fill_row", &capsule, &config)) {
+    int end = 256;
+    if (!PyArg_ParseTuple(args, "Ol|i:fill_row", &capsule, &config, &end)) {
+        return NULL;
+    }
+    if (end < 0 || end > 256) {
+        PyErr_SetString(PyExc_ValueError, "fill_row: end is not a byte count");
         return NULL;
     }
     NfaTables *t = tables_of(capsule);
     if (t == NULL || check_bound(t, "fill_row") < 0) {
         return NULL;
     }
-    return locked(t, fill_row_locked, config, 0);
+    return locked(t, fill_row_locked, config, end);
 }
 
 int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows) {

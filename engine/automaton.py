@@ -212,6 +212,10 @@ def _sequence_template(sequences) -> tuple[tuple[int, ...], tuple[int, ...], tup
     return tuple(masks), tuple(successors), tuple(heads)
 
 
+#: The ASCII bytes, in order: the part of a row asked for first (see ``can_continue``).
+_ASCII_BYTES = np.arange(128, dtype=np.intp)
+
+
 def _range_mask(lo: int, hi: int) -> int:
     return ((1 << (hi + 1)) - 1) ^ ((1 << lo) - 1)
 
@@ -1025,6 +1029,8 @@ class ByteAutomaton:
         self._boundary: dict[int, int] = {}
         self._after_any: dict[int, int] = {}
         self._next_bytes: dict[int, bytes] = {}
+        self._continues: dict[int, bool] = {}
+        self._live_ascii: dict[int, int] = {}
         self._utf8_agreement: dict[tuple[int, int], bool] = {}
         # By sorted byte sets; made on first lookup, from native code too (see _Partitions).
         self._partitions = _Partitions()
@@ -1709,7 +1715,33 @@ class ByteAutomaton:
     def can_continue(self, config: int) -> bool:
         if config < 0:
             return False
-        return bool(self.next_bytes(config)) or self.after_any_token(config) != DEAD
+        found = self._continues.get(config)
+        if found is None:
+            # Live ASCII bytes answer without the rest of the row: the configurations
+            # inside multi-byte characters are built only if something steps there.
+            found = self._continues[config] = (
+                self._live_ascii_bytes(config) > 0
+                or bool(self.next_bytes(config))
+                or self.after_any_token(config) != DEAD
+            )
+        return found
+
+    def only_next_byte(self, config: int) -> int:
+        """The byte, if there is exactly one, that leads ``config`` to a live configuration;
+        else -1. Two live ASCII bytes answer without computing the rest of the row."""
+        if config < 0 or self._live_ascii_bytes(config) > 1:
+            return -1
+        following = self.next_bytes(config)
+        return following[0] if len(following) == 1 else -1
+
+    def _live_ascii_bytes(self, config: int) -> int:
+        found = self._live_ascii.get(config)
+        if found is None:
+            if config not in self._complete and (self._table[config, :128] == _UNKNOWN).any():
+                if self._native is None or not native.states.fill_row(self._native, config, 128):
+                    self._fill_entries(config, _ASCII_BYTES)
+            found = self._live_ascii[config] = int(np.count_nonzero(self._table[config, :128] >= 0))
+        return found
 
     def consumed_masks(self) -> set[int]:
         """Byte sets (as 256-bit ints) that some position of this automaton consumes (a

@@ -61,6 +61,10 @@ from .vocab import TokenVocabulary
 DEAD = -1
 UNREACHABLE = 1 << 40
 _ALL_BYTES = np.arange(256, dtype=np.uint8)
+# What token groups and excepted first bytes read of a row (their characters' ASCII
+# bytes): asking for these alone leaves the configurations inside multi-byte characters
+# unbuilt when only the group's members go there.
+_ASCII_BYTES = np.arange(128, dtype=np.uint8)
 
 # The level walk costs a dozen array operations per trie level; below this many
 # (node, config) pairs a depth-first walk over live bytes is cheaper, for at most
@@ -658,14 +662,14 @@ class Matcher(MatcherBase):
         # Forced-literal prefix: follow the only possible byte down the trie.
         node, current = 0, config
         while True:
-            following = automaton.next_bytes(current)
-            if len(following) != 1:
+            value = self._only_next_byte(current)
+            if value < 0:
                 break
-            child = trie.child(node, following[0])
+            child = trie.child(node, value)
             if child < 0:
                 node = -1
                 break
-            node, current = child, automaton.step(current, following[0])
+            node, current = child, automaton.step(current, value)
             found = trie.tokens_at(node)
             if len(found):
                 id_parts.append(found)
@@ -687,6 +691,14 @@ class Matcher(MatcherBase):
         if self._hooks:
             ids, ends = self._apply_token_hooks(config, ids, ends)
         return ids.astype(np.int32, copy=False), ends.astype(np.int32, copy=False), base
+
+    def _only_next_byte(self, config: int) -> int:
+        """The one byte that leads ``config`` somewhere live, -1 when there are none or several."""
+        only_next_byte = getattr(self.automaton, "only_next_byte", None)
+        if only_next_byte is not None:
+            return only_next_byte(config)
+        following = self.automaton.next_bytes(config)
+        return following[0] if len(following) == 1 else -1
 
     def _walk_from_root(self, config: int, id_parts: list, end_parts: list) -> tuple | None:
         """Walk from the trie root; returns the token group allowed as a whole, if one applies."""
@@ -735,10 +747,10 @@ class Matcher(MatcherBase):
     def _walk_below_first_bytes(self, config: int, values: np.ndarray, id_parts: list, end_parts: list) -> None:
         """Tokens starting with one of the bytes ``values``, walked from the trie root."""
         trie = self.vocab.trie
-        row = self._row(config)
+        afters = self._successors(config, values)
         nodes, configs = [], []
-        for value in values.tolist():
-            child, after = trie.child(0, value), int(row[value])
+        for value, after in zip(values.tolist(), afters.tolist()):
+            child = trie.child(0, value)
             if child >= 0 and after != DEAD:
                 nodes.append(child)
                 configs.append(after)
@@ -917,7 +929,7 @@ class Matcher(MatcherBase):
         cached = tables.chain_groups.get(config, False)
         if cached is not False:
             return cached
-        row = self._row(config)
+        row = self._successors(config, _ASCII_BYTES)
         found = tables.groups.best_uniform_group(self.automaton, config, row)
         result = None
         if found is not None:

@@ -467,7 +467,7 @@ class GroupTables:
         ``config``, except the ASCII characters of a few first bytes (a key position next
         to known keys: any string, but a known key's first letter leads into that key),
         largest first: (group, that configuration, the excepted bytes). Only groups with
-        more members than ``larger_than`` are tried.
+        more members than ``larger_than`` are tried. ``row`` as for ``best_uniform_group``.
         """
         live = int((row >= 0).sum())
         for spec in GROUP_SPECS:
@@ -492,7 +492,8 @@ class GroupTables:
     def best_uniform_group(self, automaton, config: int, row: np.ndarray) -> tuple[TokenGroup, int] | None:
         """The largest group whose characters all lead ``config`` to one live configuration, and that one.
 
-        ``row`` is ``config``'s successor for every byte.
+        ``row`` is ``config``'s successor for every ASCII byte (by byte value; more of
+        the row may follow, unread): groups are told apart by their ASCII characters.
         """
         live = int((row >= 0).sum())
         if live < 2:

@@ -76,6 +76,30 @@ def test_random_walks_end_in_accepted_text(name, choices):
     assert grammar.accepts(text)
 
 
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(choices=st.lists(st.integers(0, 1_000), max_size=40))
+def test_questions_answered_from_the_ascii_part_of_a_row_agree_with_the_whole_row(name, choices):
+    # ``only_next_byte`` and ``can_continue`` read the ASCII part of a row first; asked of
+    # a fresh automaton (rows not computed yet), they must answer as the whole row does.
+    clear_automaton_cache()
+    asked = Grammar.from_ebnf(GRAMMARS[name]).automaton
+    clear_automaton_cache()
+    reference = Grammar.from_ebnf(GRAMMARS[name]).automaton
+    assert asked is not reference
+    config, reference_config = asked.initial, reference.initial
+    for choice in choices:
+        following = reference.next_bytes(reference_config)
+        assert asked.only_next_byte(config) == (following[0] if len(following) == 1 else -1)
+        continues = bool(following) or reference.after_any_token(reference_config) != DEAD
+        assert asked.can_continue(config) == continues
+        if not following:
+            break
+        byte = following[choice % len(following)]
+        config, reference_config = asked.step(config, byte), reference.step(reference_config, byte)
+        assert config != DEAD
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pair=regex_strategies.regexes, choices=st.lists(st.integers(0, 1_000), max_size=30))
 def test_random_walks_on_random_regexes(pair, choices):
