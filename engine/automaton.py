@@ -1737,9 +1737,10 @@ class ByteAutomaton:
     def _live_ascii_bytes(self, config: int) -> int:
         found = self._live_ascii.get(config)
         if found is None:
-            if config not in self._complete and (self._table[config, :128] == _UNKNOWN).any():
-                if self._native is None or not native.states.fill_row(self._native, config, 128):
-                    self._fill_entries(config, _ASCII_BYTES)
+            if config not in self._complete and (
+                self._native is None or not native.states.fill_row(self._native, config, 128)
+            ):
+                self._fill_entries(config, _ASCII_BYTES)
             found = self._live_ascii[config] = int(np.count_nonzero(self._table[config, :128] >= 0))
         return found
 
