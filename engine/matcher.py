@@ -81,6 +81,9 @@ _WIDE_FRACTION = 0.2
 # A token group holding at least 1/this of the vocabulary is used even where the
 # whole-level walk could run.
 _LARGE_GROUP_SHARE = 4
+# Masks of fewer tokens than this find a text check's candidates by their ids, larger
+# ones by their packed words.
+_FEW_CHECKED = 1024
 
 # Memory bound of the mask cache of one (grammar, vocabulary) pair.
 MASK_CACHE_BYTES = 64 * 1024 * 1024
@@ -127,6 +130,12 @@ class MaskEntry:
             else:
                 self._ids = unpack_ids(self.words, self.size)
         return self._ids
+
+    def ids_if_few(self, limit: int) -> np.ndarray | None:
+        """``ids`` when fewer than ``limit`` tokens are allowed (no group allowed whole), else None."""
+        if self._base is None and len(self._found_ids) < limit:
+            return self.ids
+        return None
 
     @property
     def ends(self) -> np.ndarray:
@@ -557,15 +566,25 @@ class Matcher(MatcherBase):
         if state is None:
             return words
         vocab = self.vocab
-        candidates = words
         triggers = check.trigger_bytes(state)
-        if triggers:
-            candidates = candidates & vocab.tokens_holding_words(triggers)
         in_order = getattr(check, "trigger_in_order", None)
         sequence = in_order(state) if in_order is not None else None
-        if sequence:
-            candidates = candidates & vocab.tokens_holding_in_order_words(sequence)
-        candidate_ids = unpack_ids(candidates, vocab.size).tolist()
+        entry = self._entry(self._state)
+        few = entry.ids_if_few(_FEW_CHECKED) if words is entry.words else None
+        if few is not None:
+            # A small mask: its ids index the per-token flags, cheaper than a pass over every word.
+            if triggers:
+                few = few[vocab.tokens_holding(triggers)[few]]
+            if sequence:
+                few = few[vocab.tokens_holding_in_order(sequence)[few]]
+            candidate_ids = few.tolist()
+        else:
+            candidates = words
+            if triggers:
+                candidates = candidates & vocab.tokens_holding_words(triggers)
+            if sequence:
+                candidates = candidates & vocab.tokens_holding_in_order_words(sequence)
+            candidate_ids = unpack_ids(candidates, vocab.size).tolist()
         refused_among = getattr(check, "refused_among", None)
         if refused_among is not None:
             token_bytes = vocab.token_bytes

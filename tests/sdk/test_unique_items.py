@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from surecall.engine import matcher as matcher_module
 from surecall.engine.matcher import Matcher, Status
 from surecall.engine.trie import unpack_ids, words_for
 from surecall.engine.vocab import TokenVocabulary
@@ -142,9 +143,17 @@ def test_masks_drop_repeated_literals_and_numbers():
     assert token(b"1") in allowed and token(b"1]") in allowed  # 1.01 is a new value
 
 
+@pytest.mark.parametrize("few_checked", [1024, 0], ids=["by ids", "by packed words"])
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
-def test_sampled_outputs_are_valid(seed):
+def test_sampled_outputs_are_valid(few_checked, seed):
+    # Small masks look the check's candidates up by id, large ones in packed words: both.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matcher_module, "_FEW_CHECKED", few_checked)
+        _check_sampled_output(seed)
+
+
+def _check_sampled_output(seed):
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "grid": {"type": "array", "items": {"type": "array", "uniqueItems": True}, "uniqueItems": True}}, "required": ["tags", "grid"], "additionalProperties": False}
     text, finished = sample(grammar_from_schema(schema), seed)
     if finished:
