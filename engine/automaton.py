@@ -69,7 +69,7 @@ from .ir import (
     Repeat,
     Seq,
 )
-from .trie import distinct
+from .trie import ASCII_BYTES, distinct
 
 DEAD = -1
 _UNKNOWN = -2
@@ -210,10 +210,6 @@ def _sequence_template(sequences) -> tuple[tuple[int, ...], tuple[int, ...], tup
         successors.append(follow)
         heads.append(len(masks) - 1)
     return tuple(masks), tuple(successors), tuple(heads)
-
-
-#: The ASCII bytes, in order: the part of a row asked for first (see ``can_continue``).
-_ASCII_BYTES = np.arange(128, dtype=np.intp)
 
 
 def _range_mask(lo: int, hi: int) -> int:
@@ -1740,7 +1736,7 @@ class ByteAutomaton:
             if config not in self._complete and (
                 self._native is None or not native.states.fill_row(self._native, config, 128)
             ):
-                self._fill_entries(config, _ASCII_BYTES)
+                self._fill_entries(config, ASCII_BYTES)
             found = self._live_ascii[config] = int(np.count_nonzero(self._table[config, :128] >= 0))
         return found
 

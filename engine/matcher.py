@@ -55,16 +55,12 @@ import numpy as np
 from . import native
 from .errors import TokenBudgetError
 from .token_groups import group_tables_for, uniform_successor
-from .trie import distinct, pack_ids, unpack_ids, words_for
+from .trie import ASCII_BYTES, distinct, pack_ids, unpack_ids, words_for
 from .vocab import TokenVocabulary
 
 DEAD = -1
 UNREACHABLE = 1 << 40
 _ALL_BYTES = np.arange(256, dtype=np.uint8)
-# What token groups and excepted first bytes read of a row (their characters' ASCII
-# bytes): asking for these alone leaves the configurations inside multi-byte characters
-# unbuilt when only the group's members go there.
-_ASCII_BYTES = np.arange(128, dtype=np.uint8)
 
 # The level walk costs a dozen array operations per trie level; below this many
 # (node, config) pairs a depth-first walk over live bytes is cheaper, for at most
@@ -948,7 +944,7 @@ class Matcher(MatcherBase):
         cached = tables.chain_groups.get(config, False)
         if cached is not False:
             return cached
-        row = self._successors(config, _ASCII_BYTES)
+        row = self._successors(config, ASCII_BYTES)
         found = tables.groups.best_uniform_group(self.automaton, config, row)
         result = None
         if found is not None:

@@ -332,6 +332,12 @@ def distinct(values: np.ndarray, *, return_inverse: bool = False):
     return found, inverse
 
 
+#: The ASCII bytes in order: the part of a row that token groups and questions about one or
+#: two live bytes read first, leaving the configurations inside multi-byte characters
+#: unbuilt until something steps there.
+ASCII_BYTES = np.arange(128, dtype=np.intp)
+
+
 # ------------------------------------------------------------------- bitsets
 def words_for(size: int) -> int:
     """Number of 32-bit words of a packed bitset over ``size`` token ids."""
