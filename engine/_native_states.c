@@ -724,12 +724,12 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
             return kernel;
         }
     }
-    /* The closure's items go straight into the frozenset returned: a set nothing else
-     * holds yet may still be added to. Dictionaries of calls are made when a call is met. */
     /* The set of expanded items is kept between closures: a set made and dropped per
      * closure is most of what the garbage collector is asked to look at. */
     PyObject *seen = t->closure_seen != NULL ? t->closure_seen : PySet_New(NULL);
     t->closure_seen = NULL;
+    /* The closure's items go straight into the frozenset returned: a set nothing else
+     * holds yet may still be added to. Dictionaries of calls are made when a call is met. */
     PyObject *items = PyFrozenSet_New(NULL);
     PyObject *callers_self = NULL, *completed_self = NULL;
     PyObject *result = NULL;
@@ -1175,8 +1175,8 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
             g++;
         }
         if (g == num_groups) {
-            if (num_groups == MAX_SCAN_GROUPS || num_scanned == most) {
-                /* More byte sets than groups (or a set changed size): Python's scan handles it. */
+            if (num_groups == MAX_SCAN_GROUPS) {
+                /* More byte sets than groups: Python's scan handles it. */
                 Py_DECREF(scanned);
                 Py_INCREF(Py_None);
                 result = Py_None;
@@ -1187,7 +1187,7 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
             group_size[g] = 0;
             num_groups++;
         }
-        if (num_scanned == most) {
+        if (num_scanned == most) {  /* no more scanned items than items: a bound, never met */
             Py_DECREF(scanned);
             Py_INCREF(Py_None);
             result = Py_None;
