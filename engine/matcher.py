@@ -76,6 +76,10 @@ _FEW_CHILDREN = 8
 _WIDE_FRACTION = 0.2
 # A token group holding at least 1/this of the vocabulary is used even where the
 # whole-level walk could run.
+_GROUP_WALK_SHARE = 8
+# Where the best group whose characters all agree holds less than 1/this of the
+# vocabulary, a larger group whose characters agree but for a few first bytes is
+# looked for.
 _LARGE_GROUP_SHARE = 4
 # Masks of fewer tokens than this find a text check's candidates by their ids, larger
 # ones by their packed words.
@@ -721,7 +725,7 @@ class Matcher(MatcherBase):
         found = self._chain_group(config)
         # A small group (spaces, digits) leaves most of the trie below its exits, which
         # the whole-level walk covers faster.
-        small = found is None or self._small_group(found[0])
+        small = found is None or self._small_group(found[0], _GROUP_WALK_SHARE)
         if small and self._native_walk_applies():
             # The native walk beats the whole-level numpy walk; _walk_levels dispatches to it.
             self._walk_levels(np.zeros(1, dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
@@ -964,9 +968,10 @@ class Matcher(MatcherBase):
         tables.chain_groups[config] = result
         return result
 
-    def _small_group(self, group) -> bool:
-        """Whether the group leaves most of the trie to walk anyway (spaces, digits)."""
-        return group.member_count * _LARGE_GROUP_SHARE < len(self.vocab.trie.token_ids)
+    def _small_group(self, group, share: int = _LARGE_GROUP_SHARE) -> bool:
+        """Whether the group holds less than 1/``share`` of the vocabulary (spaces, digits:
+        most of the trie lies below its exits)."""
+        return group.member_count * share < len(self.vocab.trie.token_ids)
 
     def _chain(self, group, config: int, successor: int) -> np.ndarray | None:
         """Configurations after 0..max_chars characters of ``group`` (DEAD once they die), or

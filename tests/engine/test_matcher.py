@@ -605,13 +605,20 @@ def _brute_force_ends(automaton, vocab, config) -> dict[int, int]:
         (r"[a-z]{1,4}!", b"ab!", set()),
         (r"[A-Za-z]{0,5}-[0-9]{1,3}", b"Ab-12", {"letters", "digits"}),
         (r'"[^"é]{0,7}"', b'"x y"', {"json_string_ascii"}),
+        # a hostname label: letters chain along the counts, "-" and digits leave the group
+        (r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,12}[A-Za-z0-9])?\.com", b"mail-01x.com", {"letters"}),
     ],
 )
-def test_chain_groups_agree_with_brute_force(vocab, pattern, text, groups):
+# A group under 1/share of the vocabulary is left to the plain walk: both ways must agree.
+@pytest.mark.parametrize("walk_share", [1, 10**9], ids=["plain-walk", "group-walk"])
+def test_chain_groups_agree_with_brute_force(vocab, monkeypatch, pattern, text, groups, walk_share):
     # Bounded repetitions give every count its own configuration: the group shortcut
     # follows the chain of counts, and must find the same tokens and end configurations
     # as stepping every token.
     from surecall.engine import Grammar
+    from surecall.engine import matcher as matcher_module
+
+    monkeypatch.setattr(matcher_module, "_GROUP_WALK_SHARE", walk_share)
 
     grammar = Grammar.from_regex(pattern)
     automaton = grammar.automaton
