@@ -1775,6 +1775,21 @@ static Py_buffer *table_view(NfaTables *t) {
     return &t->table_buffer;
 }
 
+/* ``partition`` of a tuple of byte sets: a new reference, None past 64 sets, NULL on error. */
+static PyObject *split_bytes(PyObject *masks);
+
+/* Array ``index`` of a partition (0: each byte's part, 4: the fresh row), 256 values of
+ * ``itemsize`` bytes; NULL with an exception when it is not. The partition holds it. */
+static const void *partition_array(PyObject *partition, Py_ssize_t index, Py_ssize_t itemsize) {
+    PyObject *array = PyTuple_Check(partition) && PyTuple_GET_SIZE(partition) == 5
+                          ? PyTuple_GET_ITEM(partition, index) : NULL;
+    if (array == NULL || !PyBytes_Check(array) || PyBytes_GET_SIZE(array) != 256 * itemsize) {
+        PyErr_SetString(PyExc_ValueError, "a partition's arrays are not 256 values as bytes");
+        return NULL;
+    }
+    return PyBytes_AS_STRING(array);
+}
+
 /* The scan of configuration ``config`` kept for its partly filled row, made (and its row
  * reset to the partition's fresh row) if there is none. A new reference; None when the row
  * is Python's to compute (no plain scan, or a partition the bound dict cannot make). */
@@ -1795,29 +1810,27 @@ static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, in
     if (keys == NULL || PyList_Sort(keys) < 0 || (masks = PyList_AsTuple(keys)) == NULL) {
         goto fail;
     }
-    /* A partition not memoised yet is made by the dict's ``__missing__`` (the automaton's
-     * partitions); a plain dict without it leaves the row to Python. */
-    partition = PyObject_GetItem(t->partitions, masks);
-    if (partition == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
-            goto fail;
-        }
-        PyErr_Clear();
+    /* A partition not memoised yet is made here; one of more byte sets than the native
+     * split takes leaves the row to Python. */
+    partition = PyDict_GetItemWithError(t->partitions, masks);
+    if (partition != NULL) {
+        Py_INCREF(partition);
+    } else if (PyErr_Occurred() || (partition = split_bytes(masks)) == NULL ||
+               (partition != Py_None && PyDict_SetItem(t->partitions, masks, partition) < 0)) {
+        goto fail;
+    }
+    if (partition == Py_None) {
+        Py_DECREF(partition);
         Py_DECREF(keys);
         Py_DECREF(masks);
         Py_DECREF(by_mask);
         Py_RETURN_NONE;
     }
-    if (!PyTuple_Check(partition) || PyTuple_GET_SIZE(partition) != 5) {
-        PyErr_SetString(PyExc_ValueError, "entry: a partition is not a 5-tuple");
+    const int32_t *fresh_row = (const int32_t *)partition_array(partition, 4, sizeof(int32_t));
+    if (fresh_row == NULL) {
         goto fail;
     }
-    Py_buffer fresh;
-    if (array_view(PyTuple_GET_ITEM(partition, 4), &fresh, 4, 0, 0) < 0) {
-        goto fail;
-    }
-    memcpy(row, fresh.buf, 256 * sizeof(int32_t));
-    PyBuffer_Release(&fresh);
+    memcpy(row, fresh_row, 256 * sizeof(int32_t));
     scan = PyTuple_Pack(3, by_mask, masks, partition);
     if (scan == NULL || PyDict_SetItem(t->row_scans, config_number, scan) < 0) {
         Py_XDECREF(scan);
@@ -1846,9 +1859,10 @@ const char entry_doc[] = (
 "Python's to compute. The caller grows the table when the successor is past its end.");
 
 /* A row being filled: a writable view of the table, the row, and once its scan is known,
- * each byte's part (a view of the partition's array) and the parts' byte-set indices. */
+ * each byte's part (the partition's array, held by the scan) and the parts' byte-set
+ * indices. */
 typedef struct {
-    Py_buffer *table, part_view;
+    Py_buffer *table;
     int32_t *row;
     PyObject *scan, *parts;
     const Py_ssize_t *part_of_byte;
@@ -1895,18 +1909,14 @@ static int open_row(NfaTables *t, long config, int byte, const char *function, R
         PyErr_Format(PyExc_ValueError, "%s: a row scan is not (by_mask, masks, partition)", function);
         return ROW_ERROR;
     }
-    if (array_view(PyTuple_GET_ITEM(partition, 0), &work->part_view, sizeof(Py_ssize_t), 0, 0) < 0) {
+    if ((work->part_of_byte = (const Py_ssize_t *)partition_array(partition, 0, sizeof(Py_ssize_t))) == NULL) {
         return ROW_ERROR;
     }
-    work->part_of_byte = (const Py_ssize_t *)work->part_view.buf;
     work->parts = PyTuple_GET_ITEM(partition, 2);
     return ROW_READY;
 }
 
 static void close_row(RowWork *work) {
-    if (work->part_view.obj != NULL) {
-        PyBuffer_Release(&work->part_view);
-    }
     Py_XDECREF(work->scan);
 }
 
@@ -2103,18 +2113,9 @@ static Py_ssize_t part_index(const uint64_t *memberships, Py_ssize_t count, uint
 }
 
 /* The bytes of one part as an index of a table row: an int, a slice for a range, else a
- * list of ints (as ``automaton._row_index``). */
-static PyObject *part_target(const Py_ssize_t *part_of_byte, Py_ssize_t part) {
-    int low = -1, high = -1, count = 0;
-    for (int b = 0; b < 256; b++) {
-        if (part_of_byte[b] == part) {
-            if (low < 0) {
-                low = b;
-            }
-            high = b;
-            count++;
-        }
-    }
+ * list of ints (as ``automaton._row_index``); ``low``, ``high`` and ``count`` describe the
+ * part's bytes. */
+static PyObject *part_target(const Py_ssize_t *part_of_byte, Py_ssize_t part, int low, int high, int count) {
     if (count == 1) {
         return PyLong_FromLong(low);
     }
@@ -2126,7 +2127,7 @@ static PyObject *part_target(const Py_ssize_t *part_of_byte, Py_ssize_t part) {
         return range;
     }
     PyObject *values = PyList_New(count);
-    for (int b = 0, i = 0; values != NULL && b < 256; b++) {
+    for (int b = low, i = 0; values != NULL && b <= high; b++) {
         if (part_of_byte[b] == part) {
             PyObject *value = PyLong_FromLong(b);
             if (value == NULL) {
@@ -2152,6 +2153,10 @@ PyObject *partition(PyObject *self, PyObject *masks) {
         PyErr_SetString(PyExc_TypeError, "partition: the byte sets are not a tuple");
         return NULL;
     }
+    return split_bytes(masks);
+}
+
+static PyObject *split_bytes(PyObject *masks) {
     const Py_ssize_t num_masks = PyTuple_GET_SIZE(masks);
     if (num_masks > MAX_PARTITION_SETS) {
         Py_RETURN_NONE;
@@ -2162,8 +2167,13 @@ PyObject *partition(PyObject *self, PyObject *masks) {
         if (bits_of_int(PyTuple_GET_ITEM(masks, i), bits) < 0) {
             return NULL;
         }
-        for (int b = 0; b < 256; b++) {
-            membership[b] |= (uint64_t)((bits[b >> 3] >> (b & 7)) & 1) << i;
+        /* Only the set bits: byte sets are mostly a few bytes or short ranges. */
+        for (int k = 0; k < 32; k++) {
+            for (unsigned value = bits[k], b = 8 * k; value; value >>= 1, b++) {
+                if (value & 1) {
+                    membership[b] |= (uint64_t)1 << i;
+                }
+            }
         }
     }
     uint64_t parts[256];
@@ -2186,8 +2196,19 @@ PyObject *partition(PyObject *self, PyObject *masks) {
     }
     Py_ssize_t part_of_byte[256];
     int32_t fresh_row[256];
+    int part_low[256], part_high[256], part_count[256] = {0};
     for (int b = 0; b < 256; b++) {
-        part_of_byte[b] = membership[b] ? part_index(parts, num_parts, membership[b]) : -1;
+        Py_ssize_t part = -1;
+        if (membership[b]) {
+            /* A run of bytes with one membership is one part, searched for once. */
+            part = b > 0 && membership[b] == membership[b - 1] ? part_of_byte[b - 1]
+                                                               : part_index(parts, num_parts, membership[b]);
+            if (part_count[part]++ == 0) {
+                part_low[part] = b;
+            }
+            part_high[part] = b;
+        }
+        part_of_byte[b] = part;
         fresh_row[b] = membership[b] ? UNKNOWN : DEAD;
     }
     PyObject *part_list = PyList_New(256), *members = PyList_New(num_parts), *targets = PyList_New(num_parts);
@@ -2203,7 +2224,8 @@ PyObject *partition(PyObject *self, PyObject *masks) {
         PyList_SET_ITEM(part_list, b, value);
     }
     for (Py_ssize_t part = 0; part < num_parts; part++) {
-        PyObject *holding = PyList_New(0), *target = part_target(part_of_byte, part);
+        PyObject *holding = PyList_New(0),
+                 *target = part_target(part_of_byte, part, part_low[part], part_high[part], part_count[part]);
         if (holding != NULL) {
             PyList_SET_ITEM(members, part, holding);
         }

@@ -933,9 +933,10 @@ def _bytes_of(bits: int, byte_sets: dict[int, np.ndarray]) -> np.ndarray:
 
 def _partition(masks: list[int], byte_sets: dict[int, np.ndarray]) -> tuple:
     """Split the bytes into the parts every byte set of ``masks`` either holds whole or
-    misses whole: (each byte's part, -1 for none, as an array and as a list; per part
-    the indices of the masks holding it; per part its bytes, as an index of a table row;
-    a row with the bytes of no part dead and the rest unknown). Rows of many
+    misses whole: (each byte's part, -1 for none, as native ``intp`` bytes and as a list;
+    per part the indices of the masks holding it; per part its bytes, as an index of a
+    table row; a row with the bytes of no part dead and the rest unknown, as ``int32``
+    bytes). The arrays are bytes so that native row building reads them as they are. Rows of many
     configurations scan the same byte sets: ``_Partitions`` memoises the split by them.
     ``byte_sets`` memoises the bytes of each set."""
     parts: list[tuple[int, list[int]]] = []
@@ -960,28 +961,23 @@ def _partition(masks: list[int], byte_sets: dict[int, np.ndarray]) -> tuple:
         part_of_byte[values] = number
     fresh_row = np.where(part_of_byte < 0, DEAD, _UNKNOWN).astype(np.int32)
     targets = [_row_index(values) for values in part_bytes]
-    return part_of_byte, part_of_byte.tolist(), [members for _bits, members in parts], targets, fresh_row
+    members = [members for _bits, members in parts]
+    return part_of_byte.tobytes(), part_of_byte.tolist(), members, targets, fresh_row.tobytes()
 
 
 class _Partitions(dict):
-    """An automaton's row partitions by sorted byte sets, each made on its first lookup:
-    native row building looks them up too, and needs no Python fallback for a new one.
-    (It holds its own byte-set memo, not the automaton: no reference cycle.)"""
+    """An automaton's row partitions by sorted byte sets, each made on its first lookup
+    (native row building makes and adds the ones it needs itself). It holds its own
+    byte-set memo, not the automaton: no reference cycle."""
 
     def __init__(self) -> None:
         super().__init__()
         self._byte_sets: dict[int, np.ndarray] = {}
 
     def __missing__(self, masks: tuple[int, ...]) -> tuple:
-        made = native.states.partition(masks) if native.states is not None else None
-        if made is None:
+        found = native.states.partition(masks) if native.states is not None else None
+        if found is None:
             found = _partition(list(masks), self._byte_sets)
-        else:
-            part_bytes, parts_of_bytes, parts, targets, fresh_bytes = made
-            found = (
-                np.frombuffer(part_bytes, dtype=np.intp), parts_of_bytes, parts, targets,
-                np.frombuffer(fresh_bytes, dtype=np.int32),
-            )
         self[masks] = found
         return found
 
@@ -1331,7 +1327,7 @@ class ByteAutomaton:
         # One successor per part, then DEAD for the bytes no item scans.
         successors = [self._part_successor(by_mask, masks, members) for members in parts]
         successors.append(DEAD)
-        self._table[cid] = np.array(successors, dtype=np.int32)[part_of_byte]
+        self._table[cid] = np.array(successors, dtype=np.int32)[np.frombuffer(part_of_byte, dtype=np.intp)]
 
     def _compute_entries(self, cid: int, byte_values) -> None:
         """Fill the successors of ``cid`` for ``byte_values`` (and the rest of their parts)."""
@@ -1350,7 +1346,7 @@ class ByteAutomaton:
                 # Kept until the row is complete (as tuples, see _plain_scans).
                 masks = tuple(masks)
                 self._scans[cid] = (by_mask, masks, scan[2])
-                self._table[cid] = fresh_row
+                self._table[cid] = np.frombuffer(fresh_row, dtype=np.int32)
             for value in byte_values:
                 part = parts_of_bytes[value]
                 if part >= 0 and self._table.item(cid, value) == _UNKNOWN:

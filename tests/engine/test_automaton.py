@@ -530,15 +530,16 @@ def test_native_partition_is_pythons(byte_sets):
         return
     expected = automaton_module._partition(list(masks), {})
     found = automaton_module._Partitions()[masks]
-    assert np.array_equal(found[0], expected[0]) and found[1] == expected[1] == expected[0].tolist()
+    part_of_byte = np.frombuffer(found[0], dtype=np.intp)
+    assert found[0] == expected[0] and found[1] == expected[1] == part_of_byte.tolist()
     assert found[2] == expected[2]
     row = np.zeros(256, dtype=np.int32)
     for part, (target, expected_target) in enumerate(zip(found[3], expected[3], strict=True)):
         # Any index form will do, as long as it names the part's bytes.
         marked, expected_marked = row.copy(), row.copy()
         marked[target], expected_marked[expected_target] = 1, 1
-        assert np.array_equal(marked, expected_marked) and np.array_equal(np.flatnonzero(marked), np.flatnonzero(found[0] == part))
-    assert np.array_equal(found[4], expected[4])
+        assert np.array_equal(marked, expected_marked) and np.array_equal(np.flatnonzero(marked), np.flatnonzero(part_of_byte == part))
+    assert found[4] == expected[4]
 
 
 @pytest.mark.skipif(native.states is None, reason="the native extension is not built")
