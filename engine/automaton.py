@@ -350,6 +350,9 @@ class _NfaBuilder:
         self.pending: list[tuple[int, str]] = []
         self.owner = -1
         self.rule = start
+        # Intersections of the same operands (a schema's format or pattern met at many
+        # places) share one product, and with it its liveness memo.
+        self._products: dict[tuple, int] = {}
         # Inlined rules referenced more than once: their positions, to copy at later references.
         self._templates: dict[str, tuple | None] = {}
         # Composite nodes met again (shared subtrees, bounded repetitions), by identity: the
@@ -716,8 +719,10 @@ class _NfaBuilder:
         if not node.items:
             raise GrammarError("intersection of nothing", rule=self.rule)
         parts = tuple(self._operand(item) for item in node.items)
-        index = len(self.nfa.intersections)
-        self.nfa.intersections.append(_Product(parts))
+        index = self._products.get(parts)
+        if index is None:
+            index = self._products[parts] = len(self.nfa.intersections)
+            self.nfa.intersections.append(_Product(parts))
         inside = self._new(_ISECT, _ALL_BYTES, index, nxt)
         return self._new(_ISECT_ENTER, 0, inside, index)
 
@@ -752,6 +757,7 @@ class _Product:
         self.parts = parts
         self.initial = tuple(part.initial for part in parts)
         self._live: dict[tuple, bool] = {}
+        self._masks: frozenset[int] | None = None
 
     def accepting(self, states: tuple) -> bool:
         return all(part.is_accepting(s) for part, s in zip(self.parts, states))
@@ -804,11 +810,10 @@ class _Product:
     def min_bytes(self, states: tuple) -> int:
         return max(part.min_bytes_to_accept(s) for part, s in zip(self.parts, states))
 
-    def masks(self) -> set[int]:
-        found = set()
-        for part in self.parts:
-            found |= part.consumed_masks()
-        return found
+    def masks(self) -> frozenset[int]:
+        if self._masks is None:
+            self._masks = frozenset().union(*(part.consumed_masks() for part in self.parts))
+        return self._masks
 
 
 class _ReverseGraph:
@@ -1068,7 +1073,7 @@ class ByteAutomaton:
 
     def _prepare_classes(self) -> None:
         nfa = self._nfa
-        masks = self.consumed_masks()
+        masks = set(self.consumed_masks())
         for strings in nfa.except_strings:
             for s in strings:
                 masks.update(1 << b for b in s)
@@ -1089,9 +1094,13 @@ class ByteAutomaton:
                     found = ids[signature] = len(representative)
                     representative.append(b)
                 class_of_byte[b] = found
-            member = bits[:, representative].astype(bool)
-            for mask, row in zip(ordered, member):
-                classes_by_mask[mask] = tuple(np.flatnonzero(row).tolist())
+            member_rows, member_classes = np.nonzero(bits[:, representative])
+            ends = np.cumsum(np.bincount(member_rows, minlength=len(ordered))).tolist()
+            classes = member_classes.tolist()
+            start = 0
+            for mask, end in zip(ordered, ends):
+                classes_by_mask[mask] = tuple(classes[start:end])
+                start = end
         classes_by_mask[_ALL_BYTES] = tuple(range(len(representative)))
         self._class_of_byte = class_of_byte
         self._num_classes = len(representative)
@@ -1736,18 +1745,19 @@ class ByteAutomaton:
             found = self._live_ascii[config] = int(np.count_nonzero(self._table[config, :128] >= 0))
         return found
 
-    def consumed_masks(self) -> set[int]:
-        """Byte sets (as 256-bit ints) that some position of this automaton consumes (a
-        fresh set: intersections ask their operands again for every automaton they are in)."""
+    def consumed_masks(self) -> frozenset[int]:
+        """Byte sets (as 256-bit ints) that some position of this automaton consumes."""
         if self._consumed_masks is None:
             nfa = self._nfa
             # Only consuming positions have a non-zero mask.
             found = set(nfa.mask)
             found.discard(0)
-            for product in nfa.intersections:
-                found |= product.masks()
+            # A grammar repeats the same intersection at many positions: each distinct
+            # one is added once.
+            for masks in {product.masks() for product in nfa.intersections}:
+                found |= masks
             self._consumed_masks = frozenset(found)
-        return set(self._consumed_masks)
+        return self._consumed_masks
 
     @property
     def num_configs(self) -> int:

@@ -434,6 +434,18 @@ def test_intersection_never_leaves_a_dead_end():
     assert g.accepts("<a7>") and g.accepts("<a127>") and not g.accepts("<a1237>") and not g.accepts("<a12>")
 
 
+def test_intersections_of_the_same_operands_share_one_product():
+    # A schema repeats a formatted string at many places: each place still checks its own
+    # text, and they share one product (one liveness memo, one set of byte sets).
+    short_word = Intersect((plus(ByteSet(((0x61, 0x7A),))), repeat(CharSet((), True), 2, 3)))
+    other = Intersect((plus(DIGIT), repeat(CharSet((), True), 1, 2)))
+    g = Grammar({"start": seq(short_word, "=", other, ";", short_word, "=", other)})
+    assert len(g.automaton._nfa.intersections) == 2
+    assert g.accepts("ab=1;xyz=42") and g.accepts("ab=12;cd=3")
+    for wrong in ("a=1;xyz=42", "ab=1;wxyz=4", "ab=123;cd=3", "ab=1;cd=", "ab=1;c1=2"):
+        assert not g.accepts(wrong), wrong
+
+
 def test_empty_intersection_is_an_error_unless_avoidable():
     too_long = Intersect((repeat("a", 10, 10), repeat(CharSet((), True), 0, 5)))
     with pytest.raises(GrammarError, match="matches nothing"):
