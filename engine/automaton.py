@@ -748,6 +748,8 @@ class _NfaBuilder:
 #: Compiled intersection operands shared between grammars (insertion-ordered, oldest evicted).
 OPERAND_CACHE_SIZE = 256
 _operand_cache: dict[Node, "ByteAutomaton"] = {}
+# A key of operand configurations below this takes one more operand within 64 bits.
+_PRODUCT_KEY_LIMIT = (2**63 - 1) // (MAX_CONFIGS + 1) - 1
 
 
 class _Product:
@@ -758,30 +760,50 @@ class _Product:
         self.initial = tuple(part.initial for part in parts)
         self._live: dict[tuple, bool] = {}
         self._masks: frozenset[int] | None = None
+        self._move_memo: dict[tuple, tuple[np.ndarray, list[tuple]]] = {}
 
     def accepting(self, states: tuple) -> bool:
         return all(part.is_accepting(s) for part, s in zip(self.parts, states))
 
     def step(self, states: tuple, byte: int):
-        result = []
-        for part, s in zip(self.parts, states):
-            nxt = part.step(s, byte)
-            if nxt < 0:
-                return None
-            result.append(nxt)
-        result = tuple(result)
+        index, successors = self._moves(states)
+        found = index.item(byte)
+        if found < 0:
+            return None
+        result = successors[found]
         return result if self.live(result) else None
 
+    def step_each(self, states: tuple, values: list[int]) -> list[tuple | None]:
+        """``step`` by each byte of ``values``."""
+        index, successors = self._moves(states)
+        live = [successor if self.live(successor) else None for successor in successors]
+        return [live[found] if found >= 0 else None for found in index[values].tolist()]
+
+    def _moves(self, states: tuple) -> tuple[np.ndarray, list[tuple]]:
+        """(each byte's index among the successors, -1 where an operand dies; the distinct
+        successors): made once per state, since rows computed by byte class step every
+        class and the liveness search expands every successor."""
+        found = self._move_memo.get(states)
+        if found is None:
+            rows = np.stack([part.row(s) for part, s in zip(self.parts, states)])
+            alive = np.all(rows >= 0, axis=0)
+            index = np.full(256, -1, dtype=np.int16)
+            columns = rows[:, alive]
+            successors = []
+            if columns.shape[1]:
+                key = columns[0].astype(np.int64)
+                for row in columns[1:]:
+                    if int(key.max()) > _PRODUCT_KEY_LIMIT:
+                        _, key = np.unique(key, return_inverse=True)  # renumbered to stay in 64 bits
+                    key = key * (MAX_CONFIGS + 1) + row
+                _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+                index[alive] = inverse
+                successors = [tuple(column) for column in columns[:, first].T.tolist()]
+            found = self._move_memo[states] = (index, successors)
+        return found
+
     def _successors(self, states: tuple) -> list[tuple]:
-        rows = np.stack([part.row(s) for part, s in zip(self.parts, states)])
-        columns = rows[:, np.all(rows >= 0, axis=0)]
-        if not columns.shape[1]:
-            return []
-        key = columns[0].astype(np.int64)
-        for row in columns[1:]:
-            _, key = np.unique(key * (MAX_CONFIGS + 1) + row, return_inverse=True)
-        _, first = np.unique(key, return_index=True)
-        return [tuple(column) for column in columns[:, first].T.tolist()]
+        return self._moves(states)[1]
 
     def live(self, states: tuple) -> bool:
         """Whether some byte string takes every operand from ``states`` to acceptance."""
@@ -1411,9 +1433,8 @@ class ByteAutomaton:
             k = kind[p]
             if k == _ISECT:
                 product = nfa.intersections[out[p]]
-                for c in classes:
-                    byte = self._representative[c]
-                    states = product.step(t, byte)
+                representatives = [self._representative[c] for c in classes]
+                for c, byte, states in zip(classes, representatives, product.step_each(t, representatives)):
                     if states is None:
                         continue
                     if w is None:
