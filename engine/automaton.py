@@ -748,6 +748,8 @@ class _NfaBuilder:
 #: Compiled intersection operands shared between grammars (insertion-ordered, oldest evicted).
 OPERAND_CACHE_SIZE = 256
 _operand_cache: dict[Node, "ByteAutomaton"] = {}
+#: Most intersection states whose moves are kept (each holds a 256-entry array).
+PRODUCT_MOVES_KEPT = 4096
 # A key of operand configurations below this takes one more operand within 64 bits.
 _PRODUCT_KEY_LIMIT = (2**63 - 1) // (MAX_CONFIGS + 1) - 1
 
@@ -785,6 +787,8 @@ class _Product:
         class and the liveness search expands every successor."""
         found = self._move_memo.get(states)
         if found is None:
+            if len(self._move_memo) >= PRODUCT_MOVES_KEPT:
+                self._move_memo.clear()
             rows = np.stack([part.row(s) for part, s in zip(self.parts, states)])
             alive = np.all(rows >= 0, axis=0)
             index = np.full(256, -1, dtype=np.int16)
@@ -963,9 +967,9 @@ def _partition(masks: list[int], byte_sets: dict[int, np.ndarray]) -> tuple:
     misses whole: (each byte's part, -1 for none, as native ``intp`` bytes and as a list;
     per part the indices of the masks holding it; per part its bytes, as an index of a
     table row; a row with the bytes of no part dead and the rest unknown, as ``int32``
-    bytes). The arrays are bytes so that native row building reads them as they are. Rows of many
-    configurations scan the same byte sets: ``_Partitions`` memoises the split by them.
-    ``byte_sets`` memoises the bytes of each set."""
+    bytes). The arrays are bytes so that native row building reads them as they are.
+    Rows of many configurations scan the same byte sets: ``_Partitions`` memoises the
+    split by them. ``byte_sets`` memoises the bytes of each set."""
     parts: list[tuple[int, list[int]]] = []
     for index, mask in enumerate(masks):
         refined = []

@@ -446,6 +446,18 @@ def test_intersections_of_the_same_operands_share_one_product():
         assert not g.accepts(wrong), wrong
 
 
+def test_intersection_moves_kept_are_bounded(monkeypatch):
+    # Each product state's moves are memoised up to a limit; past it the memo starts over
+    # and the answers stay the same.
+    monkeypatch.setattr(automaton_module, "PRODUCT_MOVES_KEPT", 3)
+    g = Grammar({"start": seq("<", Intersect((seq("a", star(DIGIT)), repeat(CharSet((), True), 0, 6))), ">")})
+    product = g.automaton._nfa.intersections[0]
+    for text, expected in (("<a12345>", True), ("<a123456>", False), ("<a>", True), ("<ab>", False), ("<a1>", True)):
+        assert g.accepts(text) == expected, text
+        assert len(product._move_memo) <= 3
+    assert product._move_memo
+
+
 def test_empty_intersection_is_an_error_unless_avoidable():
     too_long = Intersect((repeat("a", 10, 10), repeat(CharSet((), True), 0, 5)))
     with pytest.raises(GrammarError, match="matches nothing"):
