@@ -95,12 +95,18 @@ class Status(enum.Enum):
     REJECTED = "rejected"
 
 
+def _member_ends(ends) -> np.ndarray | int:
+    """The state each member of a group allowed whole leads to, from a ``MaskEntry`` base."""
+    return np.repeat(*ends) if isinstance(ends, tuple) else ends
+
+
 class MaskEntry:
     """Allowed tokens of one state: the packed bitset, and lazily the sorted ids and the state each leads to.
 
     ``ids``/``ends`` are the tokens found by the walk (distinct, any order); ``base``
     is an optional part of a token group allowed as a whole: (member ids, their packed
-    words, the state every member leads to or the state each one leads to).
+    words, the state every member leads to or (states, counts): the first ``counts[0]``
+    members lead to ``states[0]``, and so on, as ``TokenGroup.members_along`` gives them).
     """
 
     __slots__ = ("size", "words", "max_end_cost", "_found_ids", "_found_ends", "_base", "_ids", "_ends")
@@ -142,7 +148,7 @@ class MaskEntry:
         if self._ends is None:
             end_of = np.full(self.size, DEAD, dtype=np.int32)
             if self._base is not None:
-                end_of[self._base[0]] = self._base[2]
+                end_of[self._base[0]] = _member_ends(self._base[2])
             if len(self._found_ids):
                 end_of[self._found_ids] = self._found_ends
             self._ends = end_of[self.ids]
@@ -153,8 +159,8 @@ class MaskEntry:
         total = self.words.nbytes + self._found_ids.nbytes + 96
         if isinstance(self._found_ends, np.ndarray):
             total += self._found_ends.nbytes
-        if self._base is not None and isinstance(self._base[2], np.ndarray):
-            total += self._base[2].nbytes  # the group's ids and words are shared, its ends are not
+        if self._base is not None and isinstance(self._base[2], tuple):
+            total += self._base[2][0].nbytes  # the group's ids, words and counts are shared, its states are not
         for cached in (self._ids, self._ends):
             if cached is not None:
                 total += cached.nbytes
@@ -702,7 +708,7 @@ class Matcher(MatcherBase):
 
         if base is not None and self._hooks:
             id_parts.append(base[0])
-            end_parts.append(np.full(len(base[0]), base[2], dtype=np.int32))
+            end_parts.append(np.full(len(base[0]), _member_ends(base[2]), dtype=np.int32))
             base = None
         # Each token ends at exactly one trie node, so the ids found are distinct.
         ids = _joined(id_parts)

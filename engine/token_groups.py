@@ -183,11 +183,14 @@ class TokenGroup:
             self._first_bytes = (first[node_of_token[self.member_ids]], first[self.exit_nodes], first[self.partial_nodes])
         return self._first_bytes
 
-    def members_along(self, chain: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids, their packed words, configurations after them) of the members a chain
-        (configuration after 0, 1, ... characters) keeps live, fewest characters first. Once a
-        chain dies it stays dead, so these are the members of fewer characters than its first
-        dead entry; their words are kept per such count (at most ``max_chars + 1`` of them)."""
+    def members_along(self, chain: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """(ids, their packed words, (configurations, counts)) of the members a chain
+        (configuration after 0, 1, ... characters) keeps live, fewest characters first: the
+        first ``counts[0]`` members lead to ``configurations[0]``, the next ``counts[1]`` to
+        ``configurations[1]``, and so on (``np.repeat`` of the two; kept apart, since only a
+        token budget asks for them). Once a chain dies it stays dead, so these are the
+        members of fewer characters than its first dead entry; their words are kept per such
+        count (at most ``max_chars + 1`` of them)."""
         if self._by_chars is None:
             order = np.argsort(self.member_chars, kind="stable")
             self._by_chars = (self.member_ids[order], np.bincount(self.member_chars, minlength=1))
@@ -199,7 +202,7 @@ class TokenGroup:
         words = self._words_below.get(live_counts)
         if words is None:
             words = self._words_below[live_counts] = pack_ids(live_ids, self._top)
-        return live_ids, words, np.repeat(chain[:live_counts], runs)
+        return live_ids, words, (chain[:live_counts].copy(), runs)
 
     def members_without_first(self, trie: TokenTrie, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ids, packed words) of the members whose first byte is not one of ``values``."""

@@ -227,7 +227,9 @@ def walked_tokens(matcher, config: int) -> dict[int, int]:
     assert len(found) == len(ids), "every token is reported once"
     if base is not None:
         # A group part allowed whole leads its members to one configuration or to one each.
-        base_ends = np.broadcast_to(np.asarray(base[2]), base[0].shape)
+        from surecall.engine.matcher import _member_ends
+
+        base_ends = np.broadcast_to(np.asarray(_member_ends(base[2])), base[0].shape)
         found.update(zip(base[0].tolist(), base_ends.tolist()))
     return found
 
