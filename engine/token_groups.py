@@ -324,7 +324,10 @@ def _tails(trie, nodes: np.ndarray, start_depth: np.ndarray) -> tuple[np.ndarray
 
 def _run_tails(automaton, start, tails: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Configurations after each tail, from ``start`` (one config, or one per tail)."""
-    configs = np.array(np.broadcast_to(np.asarray(start, dtype=np.int32), lengths.shape))
+    if np.ndim(start):
+        configs = np.array(start, dtype=np.int32)
+    else:
+        configs = np.full(lengths.shape, start, dtype=np.int32)
     if native.run_tails is not None and hasattr(automaton, "transition_table"):
         ends = np.empty_like(configs)
         native.run_tails(
