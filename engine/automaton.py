@@ -1438,18 +1438,23 @@ class ByteAutomaton:
             if k == _ISECT:
                 product = nfa.intersections[out[p]]
                 representatives = [self._representative[c] for c in classes]
+                # Classes leading the product to the same state share one scanned item, so
+                # that their kernels agree and are closed once.
+                index_of_states: dict[tuple, int] = {}
                 for c, byte, states in zip(classes, representatives, product.step_each(t, representatives)):
                     if states is None:
                         continue
                     if w is None:
-                        scanned = (p, o, None, states)
-                    else:
-                        scanned = self._scan_special(p, o, w, states, byte)
-                        if scanned is None:
-                            continue
-                        scanned = (p, o, scanned[2], states)
-                    by_class[c].append(len(scanned_items))
-                    scanned_items.append(scanned)
+                        index = index_of_states.get(states)
+                        if index is None:
+                            index = index_of_states[states] = len(scanned_items)
+                            scanned_items.append((p, o, None, states))
+                        by_class[c].append(index)
+                        continue
+                    scanned = self._scan_special(p, o, w, states, byte)
+                    if scanned is not None:
+                        by_class[c].append(len(scanned_items))
+                        scanned_items.append((p, o, scanned[2], states))
                 continue
             if k == _ANY_START:
                 if t is PENDING:
