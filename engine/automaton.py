@@ -1528,7 +1528,7 @@ class ByteAutomaton:
     def _utf8_kernels_agree(self, config: int, ascii_byte: int) -> bool:
         scan = self._scan(config)
         if scan is None:
-            return False
+            return self._utf8_agrees_with_intersections(config, ascii_byte)
         by_mask = scan[0]
         if self._native is not None:
             return native.states.utf8_agrees(self._native, by_mask, ascii_byte, _UTF8_FORMS)
@@ -1539,6 +1539,43 @@ class ByteAutomaton:
             kernel = self._kernel_after(by_mask, *lead)
             for low, high in continuations:
                 if not kernel:
+                    return False
+                kernel = self._plain_kernel_after(kernel, low, high)
+            if kernel != target:
+                return False
+        return True
+
+    def _utf8_agrees_with_intersections(self, config: int, ascii_byte: int) -> bool:
+        """``utf8_agrees`` for a configuration holding intersections (and otherwise plain
+        items): an intersection goes where the ASCII byte takes it when each of its
+        operands does (the same operand states, so the same liveness), and the plain
+        items are read off their positions as elsewhere."""
+        nfa = self._nfa
+        kind, out, arg, mask_of = nfa.kind, nfa.out, nfa.arg, nfa.mask
+        by_mask: dict[int, list] = {}
+        any_intersection_goes_on = False
+        for p, o, w, t in self._configs[config]:
+            if not mask_of[p] or kind[p] not in _CONSUMING:
+                continue
+            k = kind[p]
+            if w is not None or k == _ANY_START or (arg[p] >= 0 and k != _ISECT):
+                return False
+            if k == _ISECT:
+                product = nfa.intersections[out[p]]
+                if not all(part.utf8_agrees(state, ascii_byte) for part, state in zip(product.parts, t)):
+                    return False
+                any_intersection_goes_on = any_intersection_goes_on or product.step(t, ascii_byte) is not None
+                continue
+            by_mask.setdefault(mask_of[p], []).append((out[p], o, None, t))
+        if not any_intersection_goes_on:
+            return False
+        target = self._kernel_after(by_mask, ascii_byte, ascii_byte)
+        if target is None:
+            return False
+        for lead, continuations in _UTF8_FORMS:
+            kernel = self._kernel_after(by_mask, *lead)
+            for low, high in continuations:
+                if kernel is None:
                     return False
                 kernel = self._plain_kernel_after(kernel, low, high)
             if kernel != target:

@@ -494,3 +494,34 @@ def test_step_many_grows_the_table_for_recursive_grammars():
     stepped = automaton.step_many(np.array(configs, dtype=np.int32), np.full(len(configs), ord(")"), dtype=np.uint8))
     assert stepped[0] == DEAD and (stepped[1:] != DEAD).all()
     assert automaton.num_configs >= before
+
+
+INTERSECTION_AGREEMENT_CASES = [
+    (r"[^\"\\]*", r"(.){0,6}"),  # a string with a maximum length: every character counts alike
+    (r"[0-9]+\..*", r".{0,8}"),  # a pattern with a length limit
+    (r"[^é\"]*", r".{0,5}"),  # é goes its own way in one operand
+    (r"(a|日)*.*", r".{1,4}"),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), INTERSECTION_AGREEMENT_CASES)
+@settings(max_examples=25, deadline=None)
+@given(choices=st.lists(st.integers(0, 1_000), max_size=10), ascii_byte=st.integers(0x20, 0x7E))
+def test_utf8_agreement_through_intersections_is_what_stepping_finds(first, second, choices, ascii_byte):
+    # Where an intersection is read off its operands, every multi-byte character (the
+    # first and last of each UTF-8 form checked) must lead where the ASCII byte leads.
+    from surecall.engine.ir import Intersect, seq
+    from surecall.engine.regex import regex_to_ir
+
+    automaton = Grammar({"start": seq('"', Intersect((regex_to_ir(first), regex_to_ir(second))), '"')}).automaton
+    config = automaton.step(automaton.initial, ord('"'))
+    for choice in choices:
+        if automaton.utf8_agrees(config, ascii_byte):
+            target = automaton.step(config, ascii_byte)
+            assert target != -1
+            for character in ("\u0080", "\u07ff", "\u0800", "\u0fff", "\ud7ff", "\ue000", "\uffff", "\U00010000", "\U0010ffff"):
+                assert automaton.step_bytes(config, character.encode()) == target, character
+        options = automaton.next_bytes(config)
+        if not options:
+            break
+        config = automaton.step(config, options[choice % len(options)])
