@@ -1740,16 +1740,14 @@ PyObject *utf8_agrees(PyObject *self, PyObject *args) {
 }
 
 
-/* A C-contiguous array's buffer, checked for its item size and, for a table, rows of 256. */
-static int array_view(PyObject *array, Py_buffer *view, Py_ssize_t itemsize, int writable, int table_rows) {
-    if (PyObject_GetBuffer(array, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+/* A writable view of a successor table: C-contiguous int32 rows of 256 entries. */
+static int table_buffer(PyObject *table, Py_buffer *view) {
+    if (PyObject_GetBuffer(table, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
         return -1;
     }
-    int ok = view->itemsize == itemsize &&
-             (table_rows ? view->ndim == 2 && view->shape[1] == 256 : view->ndim == 1 && view->shape[0] == 256);
-    if (!ok) {
+    if (view->itemsize != 4 || view->ndim != 2 || view->shape[1] != 256) {
         PyBuffer_Release(view);
-        PyErr_SetString(PyExc_ValueError, "an automaton array has an unexpected shape or type");
+        PyErr_SetString(PyExc_ValueError, "an automaton's table is not int32 rows of 256 entries");
         return -1;
     }
     return 0;
@@ -1767,7 +1765,7 @@ static Py_buffer *table_view(NfaTables *t) {
         if (t->table_buffer.obj != NULL) {
             PyBuffer_Release(&t->table_buffer);
         }
-        if (array_view(table, &t->table_buffer, 4, 1, 1) < 0) {
+        if (table_buffer(table, &t->table_buffer) < 0) {
             t->table_buffer.obj = NULL;
             return NULL;
         }
@@ -1792,7 +1790,7 @@ static const void *partition_array(PyObject *partition, Py_ssize_t index, Py_ssi
 
 /* The scan of configuration ``config`` kept for its partly filled row, made (and its row
  * reset to the partition's fresh row) if there is none. A new reference; None when the row
- * is Python's to compute (no plain scan, or a partition the bound dict cannot make). */
+ * is Python's to compute (no plain scan, or more byte sets than the native split takes). */
 static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, int32_t *row) {
     PyObject *scan = PyDict_GetItemWithError(t->row_scans, config_number);
     if (scan != NULL) {
