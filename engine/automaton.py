@@ -1532,18 +1532,23 @@ class ByteAutomaton:
         by_mask = scan[0]
         if self._native is not None:
             return native.states.utf8_agrees(self._native, by_mask, ascii_byte, _UTF8_FORMS)
+        return bool(self._kernel_after_every_character(by_mask, ascii_byte))
+
+    def _kernel_after_every_character(self, by_mask: dict, ascii_byte: int) -> frozenset | None:
+        """The items ``ascii_byte`` scans to, when every multi-byte UTF-8 character
+        surely scans ``by_mask`` to the same ones (possibly none); else None."""
         target = self._kernel_after(by_mask, ascii_byte, ascii_byte)
-        if not target:
-            return False
+        if target is None:
+            return None
         for lead, continuations in _UTF8_FORMS:
             kernel = self._kernel_after(by_mask, *lead)
             for low, high in continuations:
-                if not kernel:
-                    return False
+                if kernel is None:
+                    return None
                 kernel = self._plain_kernel_after(kernel, low, high)
             if kernel != target:
-                return False
-        return True
+                return None
+        return target
 
     def _utf8_agrees_with_intersections(self, config: int, ascii_byte: int) -> bool:
         """``utf8_agrees`` for a configuration holding intersections (and otherwise plain
@@ -1567,20 +1572,7 @@ class ByteAutomaton:
                 any_intersection_goes_on = any_intersection_goes_on or product.step(t, ascii_byte) is not None
                 continue
             by_mask.setdefault(mask_of[p], []).append((out[p], o, None, t))
-        if not any_intersection_goes_on:
-            return False
-        target = self._kernel_after(by_mask, ascii_byte, ascii_byte)
-        if target is None:
-            return False
-        for lead, continuations in _UTF8_FORMS:
-            kernel = self._kernel_after(by_mask, *lead)
-            for low, high in continuations:
-                if kernel is None:
-                    return False
-                kernel = self._plain_kernel_after(kernel, low, high)
-            if kernel != target:
-                return False
-        return True
+        return any_intersection_goes_on and self._kernel_after_every_character(by_mask, ascii_byte) is not None
 
     @staticmethod
     def _kernel_after(by_mask: dict, low: int, high: int) -> frozenset | None:
