@@ -1811,10 +1811,8 @@ class ByteAutomaton:
             # Only consuming positions have a non-zero mask.
             found = set(nfa.mask)
             found.discard(0)
-            # A grammar repeats the same intersection at many positions: each distinct
-            # one is added once.
-            for masks in {product.masks() for product in nfa.intersections}:
-                found |= masks
+            for product in nfa.intersections:
+                found |= product.masks()
             self._consumed_masks = frozenset(found)
         return self._consumed_masks
 

@@ -518,7 +518,7 @@ def test_utf8_agreement_through_intersections_is_what_stepping_finds(first, seco
     for choice in choices:
         if automaton.utf8_agrees(config, ascii_byte):
             target = automaton.step(config, ascii_byte)
-            assert target != -1
+            assert target != DEAD
             for character in ("\u0080", "\u07ff", "\u0800", "\u0fff", "\ud7ff", "\ue000", "\uffff", "\U00010000", "\U0010ffff"):
                 assert automaton.step_bytes(config, character.encode()) == target, character
         options = automaton.next_bytes(config)
