@@ -96,6 +96,10 @@ _ESTIMATE_SLACK = 4
 MAX_CONFIGS = 200_000
 MAX_ITEMS_PER_CONFIG = 50_000
 MAX_SEARCH_EXPANSIONS = 200_000
+#: ``completion``: expansions of the exact search (past its lower bound's bytes) before the
+#: weighted one takes over, and the weight that search gives the lower bound.
+EXACT_COMPLETION_EXPANSIONS = 32
+SHORT_COMPLETION_WEIGHT = 2
 MAX_PRODUCT_STATES = 20_000
 #: The byte ranges of every multi-byte UTF-8 character: lead bytes, then each continuation.
 _UTF8_FORMS = (
@@ -1069,6 +1073,12 @@ class ByteAutomaton:
         self._lock = threading.RLock()
         self._min_bytes: dict[int, int] = {}
         self._heuristic_data = None
+        # The completion searches meet the same configurations again and again (each
+        # search of a token budget's costs starts near the last one).
+        self._lower_bounds: dict[int, float] = {}
+        self._search_moves: dict[int, tuple] = {}
+        # Configuration -> (a completion through it, where its own rest starts).
+        self._known_completions: dict[int, tuple[bytes, int]] = {}
         # Byte classes serve rows computed by class (watches, intersections): prepared on
         # first use, and looked up per position as rows need them.
         self._classes_by_mask: dict[int, tuple[int, ...]] | None = None
@@ -1923,6 +1933,12 @@ class ByteAutomaton:
         return self._heuristic_data
 
     def _lower_bound(self, config: int) -> float:
+        found = self._lower_bounds.get(config)
+        if found is None:
+            found = self._lower_bounds[config] = self._compute_lower_bound(config)
+        return found
+
+    def _compute_lower_bound(self, config: int) -> float:
         dist, continuation = self._heuristic_tables()
         owner = self._nfa.owner
         best = float("inf")
@@ -1992,17 +2008,23 @@ class ByteAutomaton:
             memo[current] = best
         return memo[config]
 
-    def _successors(self, config: int):
+    def _search_successors(self, config: int) -> tuple:
+        """(target, byte or None, cost) of each distinct move the completion search takes from ``config``."""
+        found = self._search_moves.get(config)
+        if found is not None:
+            return found
+        moves = []
         row = self.row(config)
         live = np.nonzero(row >= 0)[0]
         if live.size:
             targets, first = np.unique(row[live], return_index=True)
-            for target, index in zip(targets.tolist(), first.tolist()):
-                yield target, int(live[index]), 1
+            moves.extend((target, int(live[index]), 1) for target, index in zip(targets.tolist(), first.tolist()))
         if self.has_token_hooks:
             boundary = self.on_token_boundary(config)
             if boundary != config:
-                yield boundary, None, 0
+                moves.append((boundary, None, 0))
+        found = self._search_moves[config] = tuple(moves)
+        return found
 
     def shortest_completion(self, config: int) -> bytes:
         """A shortest byte string that leads from ``config`` to an accepting configuration.
@@ -2015,52 +2037,104 @@ class ByteAutomaton:
         if self.is_accepting(config):
             return b""
         with self._lock:
-            return self._shortest_completion_locked(config)
+            found = self._search_completion(config, 1, MAX_SEARCH_EXPANSIONS)
+        if found is None:
+            raise GrammarError("search for a shortest completion exceeded its limit")
+        return found
 
-    def _shortest_completion_locked(self, config: int) -> bytes:
+    def completion(self, config: int) -> bytes:
+        """A short byte string that leads from ``config`` to an accepting configuration: a
+        shortest one when the exact search finds it within ``EXACT_COMPLETION_EXPANSIONS``
+        plus the lower bound's bytes, else one found by a search that weighs the lower
+        bound ``SHORT_COMPLETION_WEIGHT`` times and ends at any configuration whose own
+        completion is known (the rest of an earlier one: every configuration on a
+        completion's path keeps what is left of it).
+
+        A lower bound a few bytes short of the truth (a counted repetition's remaining
+        minimum, object properties that may come in any order) leaves the exact search
+        every configuration within those bytes to expand, which in an object of several
+        properties is tens of thousands; the weighted search goes on along one path.
+        Raises as ``shortest_completion`` does.
+        """
+        if config < 0:
+            raise ValueError("no completion from the dead configuration")
+        if self.is_accepting(config):
+            return b""
+        with self._lock:
+            known = self._known_completions.get(config)
+            if known is not None:
+                return known[0][known[1] :]
+            # An exact lower bound leads the exact search along one path, one expansion a
+            # byte; far past that it is searching a plateau.
+            limit = EXACT_COMPLETION_EXPANSIONS + int(min(self._lower_bound(config), MAX_SEARCH_EXPANSIONS))
+            found = self._search_completion(config, 1, limit)
+            if found is None:
+                found = self._search_completion(config, SHORT_COMPLETION_WEIGHT, MAX_SEARCH_EXPANSIONS)
+        if found is None:
+            raise GrammarError("search for a completion exceeded its limit")
+        return found
+
+    def _search_completion(self, config: int, weight: int, limit: int) -> bytes | None:
+        """A* from ``config`` with the lower bound weighted by ``weight``; None past
+        ``limit`` expansions. With weight 1 a shortest completion (recorded in
+        ``min_bytes_to_accept``); else a search that also ends at configurations whose
+        completion is known."""
         counter = 0
         best = {config: 0}
         parent: dict[int, tuple[int, int | None]] = {}
-        heap = [(self._lower_bound(config), 0, counter, config)]
+        known = self._known_completions if weight > 1 else {}
+        # Among equal estimates the deeper configuration goes first: with an exact lower
+        # bound that walks one shortest path instead of every configuration of the same
+        # estimate (a schema's properties in any order tie at every step).
+        heap = [(weight * self._lower_bound(config), 0, counter, config, None)]
         expansions = 0
         while heap:
-            _f, g, _c, current = heapq.heappop(heap)
+            _f, depth, _c, current, tail = heapq.heappop(heap)
+            g = -depth
             if g > best.get(current, g):
                 continue
-            if self.is_accepting(current):
-                return self._record_path(config, current, parent)
+            if tail is not None or self.is_accepting(current):
+                return self._record_path(config, current, parent, tail or b"", exact=weight == 1)
             expansions += 1
-            if expansions > MAX_SEARCH_EXPANSIONS:
-                raise GrammarError("search for a shortest completion exceeded its limit")
-            for target, byte, cost in self._successors(current):
+            if expansions > limit:
+                return None
+            for target, byte, cost in self._search_successors(current):
                 ng = g + cost
                 if ng < best.get(target, float("inf")):
                     best[target] = ng
                     parent[target] = (current, byte)
+                    counter += 1
+                    found = known.get(target)
+                    if found is not None:
+                        rest = found[0][found[1] :]
+                        heapq.heappush(heap, (ng + len(rest), -ng, counter, target, rest))
+                        continue
                     h = self._lower_bound(target)
                     if h == float("inf"):
                         continue
-                    counter += 1
-                    heapq.heappush(heap, (ng + h, ng, counter, target))
+                    heapq.heappush(heap, (ng + weight * h, -ng, counter, target, None))
         raise ValueError("no completion exists from this configuration")
 
-    def _record_path(self, start: int, end: int, parent) -> bytes:
-        path = []
-        configs = [end]
+    def _record_path(self, start: int, end: int, parent, tail: bytes, *, exact: bool) -> bytes:
+        """The completion from ``start`` through ``end`` (then ``tail``), each configuration
+        on the way keeping the rest of it."""
+        moves = []
         node = end
         while node != start:
             prev, byte = parent[node]
-            if byte is not None:
-                path.append(byte)
+            moves.append((prev, byte))
             node = prev
-            configs.append(node)
-        remaining = 0
-        for node in configs:
-            self._min_bytes.setdefault(node, remaining)
-            prev = parent.get(node)
-            if prev is not None and prev[1] is not None:
-                remaining += 1
-        return bytes(reversed(path))
+        moves.reverse()
+        completion = bytes(byte for _prev, byte in moves if byte is not None) + tail
+        offset = 0
+        for node, byte in moves:
+            self._known_completions.setdefault(node, (completion, offset))
+            if exact:
+                # Every stretch of a shortest path is a shortest path itself.
+                self._min_bytes.setdefault(node, len(completion) - offset)
+            if byte is not None:
+                offset += 1
+        return completion
 
     def min_bytes_to_accept(self, config: int) -> int:
         """Length of ``shortest_completion(config)`` (memoised)."""

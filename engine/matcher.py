@@ -34,11 +34,14 @@ check against the live text and dropped if refused, so only the few tokens that 
 complete an item pay for it.
 
 Token budget (``max_tokens``). ``min_tokens_to_finish`` is the length of a concrete
-token path to an accepting configuration: take the greedy longest token at the start
-of a shortest completion, step, repeat. The path is always available, so a mask that
-drops every token after which this count exceeds the tokens left keeps a valid
-completion within reach at every step, and the output always ends complete inside the
-budget.
+token path to an accepting configuration: take a short byte completion (the automaton's
+``completion``: a shortest one where the exact search finds it quickly), then the
+longest token that spells its start, the longest that spells what follows, and so on.
+The path is always available, so a mask that drops every token after which this count
+exceeds the tokens left keeps a valid completion within reach at every step, and the
+output always ends complete inside the budget. Costs are kept per configuration; a
+mask's check reads the distinct states its tokens lead to (a token group allowed whole
+leads to one per character count), not every token's.
 """
 
 from __future__ import annotations
@@ -153,6 +156,21 @@ class MaskEntry:
                 end_of[self._found_ids] = self._found_ends
             self._ends = end_of[self.ids]
         return self._ends
+
+    def distinct_ends(self) -> np.ndarray:
+        """The distinct states the allowed tokens lead to, without building ``ends`` (a
+        group allowed whole leads to a few states, one per character count)."""
+        parts = [self._found_ends] if len(self._found_ids) else []
+        if self._base is not None:
+            member_ends = self._base[2]
+            if isinstance(member_ends, tuple):
+                states, counts = member_ends
+                parts.append(states[counts > 0])
+            else:
+                parts.append(np.array([member_ends], dtype=np.int32))
+        if not parts:
+            return np.zeros(0, dtype=np.int32)
+        return distinct(np.concatenate(parts) if len(parts) > 1 else parts[0])
 
     @property
     def nbytes(self) -> int:
@@ -1078,33 +1096,45 @@ class Matcher(MatcherBase):
         costs = self._tables.costs
         chain: list[int] = []
         current = config
+        # One completion serves the whole token path: what is left of it after a token
+        # completes the configuration that token leads to. With token hooks a token
+        # boundary may change the configuration, so each step searches afresh.
+        completion, position = None, 0
         while current not in costs:
             if self.automaton.is_accepting(current):
                 costs[current] = 0
                 break
             chain.append(current)
-            following = self._greedy_token_step(current)
-            if following is None or following in chain:
+            if completion is None or self._hooks:
+                completion, position = self._completion(current), 0
+            following = None if completion is None else self._greedy_token_step(current, completion, position)
+            if following is None or following[0] in chain:
                 costs[current] = UNREACHABLE
                 chain.pop()
                 break
-            current = following
+            current, position = following
         value = costs[current]
         for earlier in reversed(chain):
             value = min(UNREACHABLE, value + 1)
             costs[earlier] = value
         return costs[config]
 
-    def _greedy_token_step(self, config: int) -> int | None:
-        """Configuration after the longest token starting a shortest completion of ``config``."""
+    def _completion(self, config: int) -> bytes | None:
         automaton = self.automaton
+        search = getattr(automaton, "completion", automaton.shortest_completion)
         try:
-            completion = automaton.shortest_completion(config)
+            return search(config)
         except ValueError:
             return None
+
+    def _greedy_token_step(self, config: int, completion: bytes, position: int) -> tuple[int, int] | None:
+        """(configuration after, position in ``completion`` after) the longest token that
+        spells ``completion`` on from ``position``, or None."""
+        automaton = self.automaton
         trie = self.vocab.trie
         node, current, best = 0, config, None
-        for value in completion:
+        for offset in range(position, len(completion)):
+            value = completion[offset]
             node = trie.child(node, value)
             if node < 0:
                 break
@@ -1114,13 +1144,16 @@ class Matcher(MatcherBase):
             if trie.has_tokens(node):
                 end = self._boundary(current) if self._hooks else current
                 if end != DEAD:
-                    best = end
+                    best = (end, offset + 1)
         if best is None and self._hooks:
             any_end = automaton.after_any_token(config)
             if any_end != DEAD:
                 any_end = self._boundary(any_end)
-                best = None if any_end == DEAD else any_end
+                best = None if any_end == DEAD else (any_end, position)
         return best
+
+    def _max_end_cost(self, entry: MaskEntry) -> int:
+        return max((self._cost(end) for end in entry.distinct_ends().tolist()), default=0)
 
     def _end_costs(self, entry: MaskEntry) -> np.ndarray:
         ends = entry.ends

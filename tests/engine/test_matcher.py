@@ -386,10 +386,12 @@ def test_min_tokens_to_finish_is_an_achievable_path(vocab):
     needed = matcher.min_tokens_to_finish()
     completion = automaton.shortest_completion(automaton.initial)
     assert 0 < needed <= len(completion)
-    # Following the greedy path reaches acceptance in exactly that many tokens.
+    # Following the greedy path (the longest token spelling the rest of one completion)
+    # reaches acceptance in exactly that many tokens.
+    completion, position = matcher._completion(matcher.config), 0
     steps = 0
     while not matcher.is_accepting():
-        config = matcher._greedy_token_step(matcher.config)
+        config, position = matcher._greedy_token_step(matcher.config, completion, position)
         candidates = [t for t in matcher.allowed_token_ids().tolist() if matcher._end_state(matcher.config, t) == config]
         matcher.advance(candidates[0])
         steps += 1

@@ -1,0 +1,142 @@
+"""The token budget's costs: completions short, valid and found without searching a plateau;
+the states a mask's tokens lead to read without building every token's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from surecall import grammar_from_schema
+from surecall.engine import Grammar
+from surecall.engine import automaton as automaton_module
+from surecall.engine.matcher import DEAD, Matcher
+
+_spec = importlib.util.spec_from_file_location("automaton_doubles", Path(__file__).with_name("automaton_doubles.py"))
+doubles = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(doubles)
+
+VOCAB = doubles.sample_vocabulary()
+
+# Seven required properties in any order, each a counted pattern: the lower bound leaves
+# out the six digits of every pattern (42 bytes), so an exact search expands every
+# ordering of the properties that fits within those bytes.
+PLATEAU_SCHEMA = {
+    "type": "object",
+    "properties": {name: {"type": "string", "pattern": "^[0-9]{6}$"} for name in "abcdefg"},
+    "required": list("abcdefg"),
+    "additionalProperties": False,
+}
+
+
+def _counting_moves(automaton, monkeypatch) -> list[int]:
+    expanded = []
+    moves = automaton._search_successors
+
+    def counted(config):
+        expanded.append(config)
+        return moves(config)
+
+    monkeypatch.setattr(automaton, "_search_successors", counted)
+    return expanded
+
+
+def test_completion_goes_on_past_a_plateau_of_the_lower_bound(monkeypatch):
+    automaton = grammar_from_schema(PLATEAU_SCHEMA, property_order="any").automaton
+    expanded = _counting_moves(automaton, monkeypatch)
+    monkeypatch.setattr(automaton_module, "MAX_SEARCH_EXPANSIONS", 3_000)
+    completion = automaton.completion(automaton.initial)
+    assert automaton.is_accepting(automaton.step_bytes(automaton.initial, completion))
+    document = json.loads(completion)
+    assert sorted(document) == list("abcdefg")
+    assert all(re.fullmatch(r"[0-9]{6}", value) for value in document.values())
+    assert len(expanded) < 3_000
+
+
+def test_budget_over_a_plateau_still_finishes_inside_it(monkeypatch):
+    # Before the weighted search the first cost raised "no valid output can be spelled".
+    monkeypatch.setattr(automaton_module, "MAX_SEARCH_EXPANSIONS", 3_000)
+    grammar = grammar_from_schema(PLATEAU_SCHEMA, property_order="any")
+    needed = Matcher(grammar, VOCAB).min_tokens_to_finish()
+    budget = needed + 5
+    matcher = Matcher(grammar, VOCAB, max_tokens=budget)
+    rng = np.random.default_rng(7)
+    steps = 0
+    while not matcher.is_finished():
+        allowed = matcher.allowed_token_ids()
+        assert len(allowed), "a budgeted matcher never runs out of allowed tokens"
+        matcher.advance(int(rng.choice(allowed)))
+        steps += 1
+    assert steps <= budget + 1  # the closing end-of-sequence token is free
+    document = json.loads(matcher.text_bytes())
+    assert sorted(document) == list("abcdefg")
+
+
+def test_known_completions_are_the_rest_of_a_found_one():
+    automaton = grammar_from_schema(PLATEAU_SCHEMA, property_order="any").automaton
+    completion = automaton.completion(automaton.initial)
+    config = automaton.initial
+    for offset, value in enumerate(completion):
+        config = automaton.step(config, value)
+        rest = automaton.completion(config)
+        assert automaton.is_accepting(automaton.step_bytes(config, rest))
+        assert len(rest) <= len(completion) - offset - 1
+
+
+atoms = st.sampled_from(["a", "b", "ab", "xyz", "é", " ", "[ab]", "[^ab]", "[0-9]", "12", "(na){2,4}", "[a-c]{3}"])
+
+
+def regexes():
+    def extend(inner):
+        return st.one_of(
+            st.tuples(inner, inner).map(lambda p: p[0] + p[1]),
+            st.tuples(inner, inner).map(lambda p: f"({p[0]}|{p[1]})"),
+            inner.map(lambda p: f"({p})*"),
+            inner.map(lambda p: f"({p}){{2,3}}"),
+        )
+
+    return st.recursive(atoms, extend, max_leaves=6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(regexes(), st.lists(st.integers(0, 255), max_size=8), st.data())
+def test_completions_finish_and_are_never_shorter_than_the_shortest(pattern, choices, data):
+    automaton = Grammar.from_regex(pattern).automaton
+    config = automaton.initial
+    for choice in choices:
+        following = automaton.next_bytes(config)
+        if not following:
+            break
+        config = automaton.step(config, following[choice % len(following)])
+    assert config != DEAD
+    # In either order: the exact search first, or the short one first (leaving its path behind).
+    if data.draw(st.booleans()):
+        shortest = automaton.shortest_completion(config)
+        completion = automaton.completion(config)
+    else:
+        completion = automaton.completion(config)
+        shortest = automaton.shortest_completion(config)
+    for found in (shortest, completion):
+        assert automaton.is_accepting(automaton.step_bytes(config, found))
+    assert len(completion) >= len(shortest) == automaton.min_bytes_to_accept(config)
+
+
+def test_distinct_ends_are_the_states_of_the_allowed_tokens():
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 12}, "note": {"type": "string"}},
+        "required": ["name", "note"],
+        "additionalProperties": False,
+    }
+    grammar = grammar_from_schema(schema)
+    matcher = Matcher(grammar, VOCAB)
+    for token_id in VOCAB.tokenize_bytes('{"name":"abc déf","note":"x\\"y z"}'.encode()):
+        entry = matcher._entry(matcher.config)
+        assert sorted(entry.distinct_ends().tolist()) == sorted(set(entry.ends.tolist()))
+        matcher.advance(token_id)
+    assert matcher.is_accepting()
