@@ -151,7 +151,7 @@ def run_e2e(engine_names, *, max_tokens: int = 64, device: str | None = None, pr
             log=print) -> dict:
     import surecall
     from bench.cases import builtin_cases
-    from bench.peers import ENGINES, CompileError, surecall_available
+    from bench.peers import ENGINES, SURECALL_NAMES, CompileError, surecall_available
 
     schemas = {case.id: case.schema for case in builtin_cases([name for name, _ in prompts])}
     start = time.perf_counter()
@@ -187,7 +187,7 @@ def run_e2e(engine_names, *, max_tokens: int = 64, device: str | None = None, pr
     measure("unconstrained", lambda name: generator.generate(prompt_ids[name]))
 
     for engine_name in engine_names:
-        if engine_name == "surecall":
+        if engine_name in SURECALL_NAMES:  # surecall's own rows follow
             continue
         engine = ENGINES[engine_name](tokenizer, local_model.logits_size)
 

@@ -306,7 +306,7 @@ class SurecallSession(Session):
 
         self._engine = engine
         self._grammar = grammar
-        self._matcher = Matcher(grammar, engine.vocabulary)
+        self._matcher = Matcher(grammar, engine.vocabulary, max_tokens=engine.max_tokens)
         self.bitmask = engine._words()
         self.eos_token_id = engine.eos_token_id
 
@@ -327,6 +327,7 @@ class SurecallSession(Session):
 
 class SurecallEngine(Engine):
     name = "surecall"
+    max_tokens: int | None = None
 
     def __init__(self, tokenizer, logits_size: int | None = None):
         super().__init__(tokenizer, logits_size)
@@ -373,11 +374,25 @@ class SurecallEngine(Engine):
                 memoised.cache_clear()
 
 
+class SurecallBudgetEngine(SurecallEngine):
+    """surecall with a token budget, as generation always runs it: every new mask also
+    checks that each allowed token leaves a completion within the tokens left. The
+    budget is larger than any bench path, so it never masks a token of one; the cost is
+    the bookkeeping (a completion search per new state a token leads to)."""
+
+    name = "surecall-budget"
+    max_tokens = 4096
+
+
 ENGINES: dict[str, type[Engine]] = {
     engine.name: engine
-    for engine in (SurecallEngine, XGrammarEngine, LLGuidanceEngine, OutlinesCoreEngine, LMFormatEnforcerEngine)
+    for engine in (
+        SurecallEngine, SurecallBudgetEngine, XGrammarEngine, LLGuidanceEngine, OutlinesCoreEngine,
+        LMFormatEnforcerEngine,
+    )
 }
-PEER_NAMES = tuple(name for name in ENGINES if name != "surecall")
+SURECALL_NAMES = ("surecall", "surecall-budget")
+PEER_NAMES = tuple(name for name in ENGINES if name not in SURECALL_NAMES)
 
 
 def surecall_available() -> bool:

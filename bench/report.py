@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-ENGINE_ORDER = ("surecall", "xgrammar", "llguidance", "outlines-core", "lm-format-enforcer")
+ENGINE_ORDER = ("surecall", "surecall-budget", "xgrammar", "llguidance", "outlines-core", "lm-format-enforcer")
 
 
 def _ordered(engines: dict) -> list[str]:

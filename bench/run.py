@@ -31,7 +31,7 @@ FULL = {"tokenizers": "smollm2,deepseek,qwen", "per_subset": 6, "compile_timeout
 
 
 def _versions(engine_names) -> dict[str, str]:
-    packages = {"surecall": "surecall", "xgrammar": "xgrammar", "llguidance": "llguidance",
+    packages = {"surecall": "surecall", "surecall-budget": "surecall", "xgrammar": "xgrammar", "llguidance": "llguidance",
                 "outlines-core": "outlines_core", "lm-format-enforcer": "lm-format-enforcer"}
     versions = {}
     for name in engine_names:
@@ -80,13 +80,13 @@ def main(argv=None) -> dict:
 
     from bench.cases import builtin_cases, jsb_cases
     from bench.mask_bench import run_mask_bench
-    from bench.peers import PEER_NAMES, surecall_available
+    from bench.peers import PEER_NAMES, SURECALL_NAMES, surecall_available
     from bench.report import e2e_table, goals, mask_table, write_reports
 
     if args.engines:
         engine_names = args.engines.split(",")
     else:
-        engine_names = (["surecall"] if surecall_available() else []) + list(PEER_NAMES)
+        engine_names = (list(SURECALL_NAMES) if surecall_available() else []) + list(PEER_NAMES)
         if "surecall" not in engine_names:
             print("[run] surecall's schema translation is not available here; peers only")
     tokenizer_names = (args.tokenizers or preset["tokenizers"]).split(",")

@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.cases import builtin_cases, compact  # noqa: E402
 from bench.mask_bench import make_jobs, run_engine, run_mask_bench, walk  # noqa: E402
-from bench.peers import ENGINES, PEER_NAMES, surecall_available  # noqa: E402
+from bench.peers import ENGINES, PEER_NAMES, SURECALL_NAMES, surecall_available  # noqa: E402
 from bench.report import write_reports  # noqa: E402
 from bench.vocabularies import encode, load_tokenizer, token_bytes_table, vocab_size  # noqa: E402
 
@@ -30,7 +30,7 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def engine_names():
-    return (["surecall"] if surecall_available() else []) + list(PEER_NAMES)
+    return (list(SURECALL_NAMES) if surecall_available() else []) + list(PEER_NAMES)
 
 
 @pytest.fixture(scope="module")
