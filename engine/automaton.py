@@ -1077,8 +1077,9 @@ class ByteAutomaton:
         # search of a token budget's costs starts near the last one).
         self._lower_bounds: dict[int, float] = {}
         self._search_moves: dict[int, tuple] = {}
-        # Configuration -> (a completion through it, where its own rest starts).
-        self._known_completions: dict[int, tuple[bytes, int]] = {}
+        # Configuration -> (a completion through it, where its own rest starts, whether
+        # that rest is a shortest one).
+        self._known_completions: dict[int, tuple[bytes, int, bool]] = {}
         # Byte classes serve rows computed by class (watches, intersections): prepared on
         # first use, and looked up per position as rows need them.
         self._classes_by_mask: dict[int, tuple[int, ...]] | None = None
@@ -2037,6 +2038,9 @@ class ByteAutomaton:
         if self.is_accepting(config):
             return b""
         with self._lock:
+            known = self._known_completions.get(config)
+            if known is not None and known[2]:
+                return known[0][known[1] :]
             found = self._search_completion(config, 1, MAX_SEARCH_EXPANSIONS)
         if found is None:
             raise GrammarError("search for a shortest completion exceeded its limit")
@@ -2046,9 +2050,9 @@ class ByteAutomaton:
         """A short byte string that leads from ``config`` to an accepting configuration: a
         shortest one when the exact search finds it within ``EXACT_COMPLETION_EXPANSIONS``
         plus the lower bound's bytes, else one found by a search that weighs the lower
-        bound ``SHORT_COMPLETION_WEIGHT`` times and ends at any configuration whose own
-        completion is known (the rest of an earlier one: every configuration on a
-        completion's path keeps what is left of it).
+        bound ``SHORT_COMPLETION_WEIGHT`` times. Every configuration on a completion's
+        path keeps what is left of it; a search ends where it meets one (the exact search
+        where what is left is a shortest completion itself).
 
         A lower bound a few bytes short of the truth (a counted repetition's remaining
         minimum, object properties that may come in any order) leaves the exact search
@@ -2077,12 +2081,13 @@ class ByteAutomaton:
     def _search_completion(self, config: int, weight: int, limit: int) -> bytes | None:
         """A* from ``config`` with the lower bound weighted by ``weight``; None past
         ``limit`` expansions. With weight 1 a shortest completion (recorded in
-        ``min_bytes_to_accept``); else a search that also ends at configurations whose
-        completion is known."""
+        ``min_bytes_to_accept``). A configuration with a known completion (a shortest one,
+        for weight 1) is a goal at the cost of its path plus that completion."""
         counter = 0
         best = {config: 0}
         parent: dict[int, tuple[int, int | None]] = {}
-        known = self._known_completions if weight > 1 else {}
+        known = self._known_completions
+        exact = weight == 1
         # Among equal estimates the deeper configuration goes first: with an exact lower
         # bound that walks one shortest path instead of every configuration of the same
         # estimate (a schema's properties in any order tie at every step).
@@ -2094,7 +2099,7 @@ class ByteAutomaton:
             if g > best.get(current, g):
                 continue
             if tail is not None or self.is_accepting(current):
-                return self._record_path(config, current, parent, tail or b"", exact=weight == 1)
+                return self._record_path(config, current, parent, tail or b"", exact=exact)
             expansions += 1
             if expansions > limit:
                 return None
@@ -2105,7 +2110,7 @@ class ByteAutomaton:
                     parent[target] = (current, byte)
                     counter += 1
                     found = known.get(target)
-                    if found is not None:
+                    if found is not None and (found[2] or not exact):
                         rest = found[0][found[1] :]
                         heapq.heappush(heap, (ng + len(rest), -ng, counter, target, rest))
                         continue
@@ -2127,8 +2132,11 @@ class ByteAutomaton:
         moves.reverse()
         completion = bytes(byte for _prev, byte in moves if byte is not None) + tail
         offset = 0
+        known = self._known_completions
         for node, byte in moves:
-            self._known_completions.setdefault(node, (completion, offset))
+            found = known.get(node)
+            if found is None or (exact and not found[2]):
+                known[node] = (completion, offset, exact)
             if exact:
                 # Every stretch of a shortest path is a shortest path itself.
                 self._min_bytes.setdefault(node, len(completion) - offset)
