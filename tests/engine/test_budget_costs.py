@@ -88,6 +88,20 @@ def test_known_completions_are_the_rest_of_a_found_one():
         assert len(rest) <= len(completion) - offset - 1
 
 
+def test_shortest_completion_is_not_a_longer_known_one(monkeypatch):
+    # The lower bound leaves out the twenty digits' count: the weighted search (taking over
+    # at once here) dives into the digits; the exact search must still find the letters.
+    monkeypatch.setattr(automaton_module, "EXACT_COMPLETION_EXPANSIONS", 0)
+    schema = {"anyOf": [{"type": "string", "pattern": "^[0-9]{20}$"}, {"type": "string", "pattern": "^abcdefghijklmn$"}]}
+    automaton = grammar_from_schema(schema).automaton
+    short = automaton.completion(automaton.initial)
+    assert automaton.is_accepting(automaton.step_bytes(automaton.initial, short))
+    inside = automaton.step(automaton.initial, ord('"'))
+    assert automaton.shortest_completion(inside) == b'abcdefghijklmn"'
+    assert automaton.shortest_completion(automaton.initial) == b'"abcdefghijklmn"'
+    assert automaton.min_bytes_to_accept(automaton.initial) == 16 <= len(short)
+
+
 atoms = st.sampled_from(["a", "b", "ab", "xyz", "é", " ", "[ab]", "[^ab]", "[0-9]", "12", "(na){2,4}", "[a-c]{3}"])
 
 
@@ -123,7 +137,18 @@ def test_completions_finish_and_are_never_shorter_than_the_shortest(pattern, cho
         shortest = automaton.shortest_completion(config)
     for found in (shortest, completion):
         assert automaton.is_accepting(automaton.step_bytes(config, found))
-    assert len(completion) >= len(shortest) == automaton.min_bytes_to_accept(config)
+    assert len(completion) >= len(shortest) == automaton.min_bytes_to_accept(config) == _bytes_to_accept(automaton, config)
+
+
+def _bytes_to_accept(automaton, config: int) -> int:
+    """Breadth first over the configurations: the fewest bytes to an accepting one."""
+    level, seen, distance = {config}, {config}, 0
+    while not any(automaton.is_accepting(c) for c in level):
+        level = {automaton.step(c, b) for c in level for b in automaton.next_bytes(c)} - seen
+        seen |= level
+        distance += 1
+        assert level, "no accepting configuration is reachable"
+    return distance
 
 
 def test_distinct_ends_are_the_states_of_the_allowed_tokens():
