@@ -2091,11 +2091,10 @@ class ByteAutomaton:
         # Among equal estimates the deeper configuration goes first: with an exact lower
         # bound that walks one shortest path instead of every configuration of the same
         # estimate (a schema's properties in any order tie at every step).
-        heap = [(weight * self._lower_bound(config), 0, counter, config, None)]
+        heap = [(weight * self._lower_bound(config), 0, counter, config, 0, None)]
         expansions = 0
         while heap:
-            _f, depth, _c, current, tail = heapq.heappop(heap)
-            g = -depth
+            _f, _depth, _c, current, g, tail = heapq.heappop(heap)
             if g > best.get(current, g):
                 continue
             if tail is not None or self.is_accepting(current):
@@ -2112,12 +2111,13 @@ class ByteAutomaton:
                     found = known.get(target)
                     if found is not None and (found[2] or not exact):
                         rest = found[0][found[1] :]
-                        heapq.heappush(heap, (ng + len(rest), -ng, counter, target, rest))
+                        # As deep as its completion goes: it wins a tie with any configuration on the way.
+                        heapq.heappush(heap, (ng + len(rest), -ng - len(rest), counter, target, ng, rest))
                         continue
                     h = self._lower_bound(target)
                     if h == float("inf"):
                         continue
-                    heapq.heappush(heap, (ng + weight * h, -ng, counter, target, None))
+                    heapq.heappush(heap, (ng + weight * h, -ng, counter, target, ng, None))
         raise ValueError("no completion exists from this configuration")
 
     def _record_path(self, start: int, end: int, parent, tail: bytes, *, exact: bool) -> bytes:
