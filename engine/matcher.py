@@ -247,8 +247,8 @@ class MatcherBase:
                 )
             if needed > max_tokens:
                 raise TokenBudgetError(
-                    f"the shortest valid output needs {needed} tokens with this vocabulary, more than "
-                    f"max_tokens={max_tokens}; raise max_tokens to at least {needed}"
+                    f"the shortest valid output the budget check finds needs {needed} tokens with this "
+                    f"vocabulary, more than max_tokens={max_tokens}; raise max_tokens to at least {needed}"
                 )
 
     def _initial_state(self):
