@@ -2033,18 +2033,7 @@ class ByteAutomaton:
         Token boundaries are assumed wherever ``any!`` needs one. Raises ``ValueError``
         for DEAD or for a configuration from which nothing can be completed.
         """
-        if config < 0:
-            raise ValueError("no completion from the dead configuration")
-        if self.is_accepting(config):
-            return b""
-        with self._lock:
-            known = self._known_completions.get(config)
-            if known is not None and known[2]:
-                return known[0][known[1] :]
-            found = self._search_completion(config, 1, MAX_SEARCH_EXPANSIONS)
-        if found is None:
-            raise GrammarError("search for a shortest completion exceeded its limit")
-        return found
+        return self._find_completion(config, shortest=True)
 
     def completion(self, config: int) -> bytes:
         """A short byte string that leads from ``config`` to an accepting configuration: a
@@ -2060,20 +2049,26 @@ class ByteAutomaton:
         properties is tens of thousands; the weighted search goes on along one path.
         Raises as ``shortest_completion`` does.
         """
+        return self._find_completion(config, shortest=False)
+
+    def _find_completion(self, config: int, *, shortest: bool) -> bytes:
         if config < 0:
             raise ValueError("no completion from the dead configuration")
         if self.is_accepting(config):
             return b""
         with self._lock:
             known = self._known_completions.get(config)
-            if known is not None:
+            if known is not None and (known[2] or not shortest):
                 return known[0][known[1] :]
-            # An exact lower bound leads the exact search along one path, one expansion a
-            # byte; far past that it is searching a plateau.
-            limit = EXACT_COMPLETION_EXPANSIONS + int(min(self._lower_bound(config), MAX_SEARCH_EXPANSIONS))
-            found = self._search_completion(config, 1, limit)
-            if found is None:
-                found = self._search_completion(config, SHORT_COMPLETION_WEIGHT, MAX_SEARCH_EXPANSIONS)
+            if shortest:
+                found = self._search_completion(config, 1, MAX_SEARCH_EXPANSIONS)
+            else:
+                # An exact lower bound leads the exact search along one path, one expansion
+                # a byte; far past that it is searching a plateau.
+                limit = EXACT_COMPLETION_EXPANSIONS + int(min(self._lower_bound(config), MAX_SEARCH_EXPANSIONS))
+                found = self._search_completion(config, 1, limit)
+                if found is None:
+                    found = self._search_completion(config, SHORT_COMPLETION_WEIGHT, MAX_SEARCH_EXPANSIONS)
         if found is None:
             raise GrammarError("search for a completion exceeded its limit")
         return found

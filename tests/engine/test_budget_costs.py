@@ -20,6 +20,9 @@ from surecall.engine.matcher import DEAD, Matcher
 _spec = importlib.util.spec_from_file_location("automaton_doubles", Path(__file__).with_name("automaton_doubles.py"))
 doubles = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(doubles)
+_spec = importlib.util.spec_from_file_location("regex_strategies", Path(__file__).with_name("regex_strategies.py"))
+regex_strategies = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(regex_strategies)
 
 VOCAB = doubles.sample_vocabulary()
 
@@ -102,25 +105,10 @@ def test_shortest_completion_is_not_a_longer_known_one(monkeypatch):
     assert automaton.min_bytes_to_accept(automaton.initial) == 16 <= len(short)
 
 
-atoms = st.sampled_from(["a", "b", "ab", "xyz", "é", " ", "[ab]", "[^ab]", "[0-9]", "12", "(na){2,4}", "[a-c]{3}"])
-
-
-def regexes():
-    def extend(inner):
-        return st.one_of(
-            st.tuples(inner, inner).map(lambda p: p[0] + p[1]),
-            st.tuples(inner, inner).map(lambda p: f"({p[0]}|{p[1]})"),
-            inner.map(lambda p: f"({p})*"),
-            inner.map(lambda p: f"({p}){{2,3}}"),
-        )
-
-    return st.recursive(atoms, extend, max_leaves=6)
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(regexes(), st.lists(st.integers(0, 255), max_size=8), st.data())
-def test_completions_finish_and_are_never_shorter_than_the_shortest(pattern, choices, data):
-    automaton = Grammar.from_regex(pattern).automaton
+@given(regex_strategies.regexes, st.lists(st.integers(0, 255), max_size=8), st.data())
+def test_completions_finish_and_are_never_shorter_than_the_shortest(patterns, choices, data):
+    automaton = Grammar.from_regex(patterns[0]).automaton
     config = automaton.initial
     for choice in choices:
         following = automaton.next_bytes(config)
