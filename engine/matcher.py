@@ -63,6 +63,8 @@ from .vocab import TokenVocabulary
 
 DEAD = -1
 UNREACHABLE = 1 << 40
+#: Costs kept per token are int32: any cost past this fits no budget anyway.
+_COST_CEILING = np.iinfo(np.int32).max
 _ALL_BYTES = np.arange(256, dtype=np.uint8)
 
 # The level walk costs a dozen array operations per trie level; below this many
@@ -112,11 +114,14 @@ class MaskEntry:
     members lead to ``states[0]``, and so on, as ``TokenGroup.members_along`` gives them).
     """
 
-    __slots__ = ("size", "words", "max_end_cost", "_found_ids", "_found_ends", "_base", "_ids", "_ends")
+    __slots__ = ("size", "words", "max_end_cost", "end_costs", "_found_ids", "_found_ends", "_base", "_ids", "_ends")
 
     def __init__(self, size: int, ids: np.ndarray, ends=None, base: tuple | None = None) -> None:
         self.size = size
         self.max_end_cost: int | None = None
+        # Each allowed token's cost (int32, aligned with ``ids``), kept by matchers whose
+        # costs depend on the state alone, once a budget binds here.
+        self.end_costs: np.ndarray | None = None
         self._found_ids = np.asarray(ids, dtype=np.int32)
         self._found_ends = ends
         self._base = base
@@ -179,7 +184,7 @@ class MaskEntry:
             total += self._found_ends.nbytes
         if self._base is not None and isinstance(self._base[2], tuple):
             total += self._base[2][0].nbytes  # the group's ids, words and counts are shared, its states are not
-        for cached in (self._ids, self._ends):
+        for cached in (self._ids, self._ends, self.end_costs):
             if cached is not None:
                 total += cached.nbytes
         return total
@@ -1156,9 +1161,12 @@ class Matcher(MatcherBase):
         return max((self._cost(end) for end in entry.distinct_ends().tolist()), default=0)
 
     def _end_costs(self, entry: MaskEntry) -> np.ndarray:
-        ends = entry.ends
-        if not len(ends):
-            return np.zeros(0, dtype=np.int64)
-        unique, inverse = distinct(ends, return_inverse=True)
-        costs = np.array([self._cost(int(c)) for c in unique], dtype=np.int64)
-        return costs[inverse.reshape(-1)]
+        # A budget that binds asks again at every step with fewer tokens left: the costs
+        # depend on the states alone, so they are kept with the mask.
+        if entry.end_costs is None:
+            distinct_ends = entry.distinct_ends()
+            cost_of = np.zeros(int(distinct_ends.max(initial=0)) + 1, dtype=np.int64)
+            for end in distinct_ends.tolist():
+                cost_of[end] = self._cost(end)
+            entry.end_costs = np.minimum(cost_of[entry.ends], _COST_CEILING).astype(np.int32)
+        return entry.end_costs

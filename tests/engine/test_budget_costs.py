@@ -153,3 +153,27 @@ def test_distinct_ends_are_the_states_of_the_allowed_tokens():
         assert sorted(entry.distinct_ends().tolist()) == sorted(set(entry.ends.tolist()))
         matcher.advance(token_id)
     assert matcher.is_accepting()
+
+
+def test_tight_budget_masks_match_each_tokens_own_cost():
+    # Costs kept with a mask are read again at every step as the budget shrinks.
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 12}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name", "tags"],
+        "additionalProperties": False,
+    }
+    grammar = grammar_from_schema(schema)
+    needed = Matcher(grammar, VOCAB).min_tokens_to_finish()
+    matcher = Matcher(grammar, VOCAB, max_tokens=needed + 6)
+    rng = np.random.default_rng(3)
+    while not matcher.is_finished():
+        config, remaining = matcher.config, matcher.remaining_tokens
+        unbudgeted = matcher._entry(config)
+        expected = [
+            t for t, end in zip(unbudgeted.ids.tolist(), unbudgeted.ends.tolist()) if matcher._cost(end) <= remaining - 1
+        ]
+        allowed = [t for t in matcher.allowed_token_ids().tolist() if t not in VOCAB.eos_token_ids]
+        assert allowed == expected
+        matcher.advance(int(rng.choice(matcher.allowed_token_ids())))
+    assert json.loads(matcher.text_bytes())["tags"] is not None
