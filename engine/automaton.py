@@ -1075,7 +1075,7 @@ class ByteAutomaton:
         self._heuristic_data = None
         # The completion searches meet the same configurations again and again (each
         # search of a token budget's costs starts near the last one).
-        self._lower_bounds: dict[int, float] = {}
+        self._lower_bounds: dict[int, tuple[float, int]] = {}
         self._search_moves: dict[int, tuple] = {}
         # Configuration -> (a completion through it, where its own rest starts, whether
         # that rest is a shortest one).
@@ -1934,26 +1934,36 @@ class ByteAutomaton:
         return self._heuristic_data
 
     def _lower_bound(self, config: int) -> float:
+        return self._bound_and_byte(config)[0]
+
+    def _bound_and_byte(self, config: int) -> tuple[float, int]:
+        """(lower bound on the bytes to an accepting configuration, the first byte a plain
+        item achieving it reads next, or -1)."""
         found = self._lower_bounds.get(config)
         if found is None:
             found = self._lower_bounds[config] = self._compute_lower_bound(config)
         return found
 
-    def _compute_lower_bound(self, config: int) -> float:
+    def _compute_lower_bound(self, config: int) -> tuple[float, int]:
         dist, continuation = self._heuristic_tables()
         owner = self._nfa.owner
-        best = float("inf")
-        kind, out = self._nfa.kind, self._nfa.out
+        best, best_byte = float("inf"), -1
+        kind, out, mask = self._nfa.kind, self._nfa.out, self._nfa.mask
         for p, o, _w, t in self._configs[config]:
             cost = dist[p]
             if kind[p] == _ISECT:
                 cost += self._nfa.intersections[out[p]].min_bytes(t)
-            if o is not None and cost < best:
+            if cost > best:
+                continue
+            if o is not None:
                 origin_config = config if o[0] == SELF else o[0]
                 table = self._continuation_table(origin_config, continuation, dist)
                 cost += table.get((owner[p], o[1]), float("inf"))
-            best = min(best, cost)
-        return best
+            if cost < best or (cost == best and best_byte < 0):
+                best = cost
+                # A plain item's byte leads a step along a shortest path (see ``_dive``).
+                best_byte = (mask[p] & -mask[p]).bit_length() - 1 if kind[p] == _BYTE and mask[p] else -1
+        return best, best_byte
 
     def _continuation_table(self, config: int, memo: dict, dist) -> dict:
         """Lower bounds on the bytes needed after rule ``(rule, call_watch)`` returns to ``config``.
@@ -2037,7 +2047,8 @@ class ByteAutomaton:
 
     def completion(self, config: int) -> bytes:
         """A short byte string that leads from ``config`` to an accepting configuration: a
-        shortest one when the exact search finds it within ``EXACT_COMPLETION_EXPANSIONS``
+        shortest one when the lower bound leads the way (``_dive``) or the exact search
+        finds it within ``EXACT_COMPLETION_EXPANSIONS``
         plus the lower bound's bytes, else one found by a search that weighs the lower
         bound ``SHORT_COMPLETION_WEIGHT`` times. Every configuration on a completion's
         path keeps what is left of it; a search ends where it meets one (the exact search
@@ -2060,7 +2071,10 @@ class ByteAutomaton:
             known = self._known_completions.get(config)
             if known is not None and (known[2] or not shortest):
                 return known[0][known[1] :]
-            if shortest:
+            found = None if self.has_token_hooks else self._dive(config)
+            if found is not None:
+                pass
+            elif shortest:
                 found = self._search_completion(config, 1, MAX_SEARCH_EXPANSIONS)
             else:
                 # An exact lower bound leads the exact search along one path, one expansion
@@ -2115,6 +2129,32 @@ class ByteAutomaton:
                     heapq.heappush(heap, (ng + weight * h, -ng, counter, target, ng, None))
         raise ValueError("no completion exists from this configuration")
 
+    def _dive(self, config: int) -> bytes | None:
+        """A shortest completion found without a search, or None: while the lower bound is
+        reached by a plain item, its next byte lowers the bound by one (it moves that item
+        one position on); if the bound drops by one at every byte down to an accepting
+        configuration, the bytes are as few as the bound says, so they are a shortest
+        completion. A configuration whose shortest completion is known ends the dive."""
+        moves = []
+        current = config
+        bound, byte = self._bound_and_byte(current)
+        known = self._known_completions
+        while not self.is_accepting(current):
+            found = known.get(current)
+            if found is not None and found[2]:
+                return self._record_moves(moves, found[0][found[1] :], exact=True)
+            if byte < 0 or bound == float("inf"):
+                return None
+            following = self.step(current, byte)
+            if following == DEAD:
+                return None
+            following_bound, following_byte = self._bound_and_byte(following)
+            if following_bound != bound - 1:
+                return None
+            moves.append((current, byte))
+            current, bound, byte = following, following_bound, following_byte
+        return self._record_moves(moves, b"", exact=True)
+
     def _record_path(self, start: int, end: int, parent, tail: bytes, *, exact: bool) -> bytes:
         """The completion from ``start`` through ``end`` (then ``tail``), each configuration
         on the way keeping the rest of it."""
@@ -2125,6 +2165,11 @@ class ByteAutomaton:
             moves.append((prev, byte))
             node = prev
         moves.reverse()
+        return self._record_moves(moves, tail, exact=exact)
+
+    def _record_moves(self, moves: list, tail: bytes, *, exact: bool) -> bytes:
+        """The completion of ``moves`` ((configuration, byte or None) from the start) then
+        ``tail``, each configuration on the way keeping the rest of it."""
         completion = bytes(byte for _prev, byte in moves if byte is not None) + tail
         offset = 0
         known = self._known_completions

@@ -62,6 +62,20 @@ def test_completion_goes_on_past_a_plateau_of_the_lower_bound(monkeypatch):
     assert len(expanded) < 3_000
 
 
+def test_an_exact_lower_bound_completes_without_a_search(monkeypatch):
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name", "age", "tags"],
+        "additionalProperties": False,
+    }
+    automaton = grammar_from_schema(schema).automaton
+    expanded = _counting_moves(automaton, monkeypatch)
+    completion = automaton.shortest_completion(automaton.initial)
+    assert completion == b'{"name":"","age":0,"tags":[]}'
+    assert not expanded  # each byte lowered the bound by one: no configuration was searched
+
+
 def test_budget_over_a_plateau_still_finishes_inside_it(monkeypatch):
     # Before the weighted search the first cost raised "no valid output can be spelled".
     monkeypatch.setattr(automaton_module, "MAX_SEARCH_EXPANSIONS", 3_000)
