@@ -63,16 +63,18 @@ def test_completion_goes_on_past_a_plateau_of_the_lower_bound(monkeypatch):
 
 
 def test_an_exact_lower_bound_completes_without_a_search(monkeypatch):
+    # Names of its own: compiled automata are shared by equal grammars across tests.
     schema = {
         "type": "object",
-        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
-        "required": ["name", "age", "tags"],
+        "properties": {"diver": {"type": "string"}, "depth": {"type": "integer"}, "fins": {"type": "array", "items": {"type": "string"}}},
+        "required": ["diver", "depth", "fins"],
         "additionalProperties": False,
     }
     automaton = grammar_from_schema(schema).automaton
     expanded = _counting_moves(automaton, monkeypatch)
     completion = automaton.shortest_completion(automaton.initial)
-    assert completion == b'{"name":"","age":0,"tags":[]}'
+    assert sorted(json.loads(completion)) == ["depth", "diver", "fins"]
+    assert len(completion) == len('{"diver":"","depth":0,"fins":[]}')
     assert not expanded  # each byte lowered the bound by one: no configuration was searched
 
 
