@@ -2072,11 +2072,9 @@ class ByteAutomaton:
             if known is not None and (known[2] or not shortest):
                 return known[0][known[1] :]
             found = None if self.has_token_hooks else self._dive(config)
-            if found is not None:
-                pass
-            elif shortest:
+            if found is None and shortest:
                 found = self._search_completion(config, 1, MAX_SEARCH_EXPANSIONS)
-            else:
+            elif found is None:
                 # An exact lower bound leads the exact search along one path, one expansion
                 # a byte; far past that it is searching a plateau.
                 limit = EXACT_COMPLETION_EXPANSIONS + int(min(self._lower_bound(config), MAX_SEARCH_EXPANSIONS))
