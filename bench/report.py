@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
+
+# Run as a script (``python bench/report.py``): the repository root must be importable.
+if str(Path(__file__).resolve().parent.parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.peers import SURECALL_NAMES  # noqa: E402
 
 ENGINE_ORDER = ("surecall", "surecall-budget", "xgrammar", "llguidance", "outlines-core", "lm-format-enforcer")
 
@@ -75,7 +82,7 @@ def goals(results: dict) -> list[str]:
             lines.append(f"- {tokenizer}: surecall was not part of this run.")
             continue
         ours = engines["surecall"]["summary"]
-        peers = {n: r["summary"] for n, r in engines.items() if n != "surecall"}
+        peers = {n: r["summary"] for n, r in engines.items() if n not in SURECALL_NAMES}
         if not peers:
             continue
         best_mean_name = min((n for n in peers if peers[n]["mask_us"]["mean"] is not None),
