@@ -35,7 +35,8 @@ complete an item pay for it.
 
 Token budget (``max_tokens``). ``min_tokens_to_finish`` is the length of a concrete
 token path to an accepting configuration: take a short byte completion (the automaton's
-``completion``: a shortest one where the exact search finds it quickly), then the
+``completion``: a shortest one where its lower bound leads the way or the exact search
+finds one quickly), then the
 longest token that spells its start, the longest that spells what follows, and so on.
 The path is always available, so a mask that drops every token after which this count
 exceeds the tokens left keeps a valid completion within reach at every step, and the
