@@ -1071,7 +1071,6 @@ class ByteAutomaton:
         self._scans: dict[int, tuple] = {}
         # Reads of computed rows need no lock; building new configurations does.
         self._lock = threading.RLock()
-        self._min_bytes: dict[int, int] = {}
         self._heuristic_data = None
         # The completion searches meet the same configurations again and again (each
         # search of a token budget's costs starts near the last one).
@@ -2087,8 +2086,8 @@ class ByteAutomaton:
 
     def _search_completion(self, config: int, weight: int, limit: int) -> bytes | None:
         """A* from ``config`` with the lower bound weighted by ``weight``; None past
-        ``limit`` expansions. With weight 1 a shortest completion (recorded in
-        ``min_bytes_to_accept``). A configuration with a known completion (a shortest one,
+        ``limit`` expansions. With weight 1 a shortest completion (each
+        configuration on it keeps the rest as its own shortest). A configuration with a known completion (a shortest one,
         for weight 1) is a goal at the cost of its path plus that completion."""
         counter = 0
         best = {config: 0}
@@ -2173,21 +2172,14 @@ class ByteAutomaton:
         known = self._known_completions
         for node, byte in moves:
             found = known.get(node)
+            # Every stretch of a shortest path is a shortest path itself.
             if found is None or (exact and not found[2]):
                 known[node] = (completion, offset, exact)
-            if exact:
-                # Every stretch of a shortest path is a shortest path itself.
-                self._min_bytes.setdefault(node, len(completion) - offset)
             if byte is not None:
                 offset += 1
         return completion
 
     def min_bytes_to_accept(self, config: int) -> int:
-        """Length of ``shortest_completion(config)`` (memoised)."""
-        if config < 0:
-            raise ValueError("no completion from the dead configuration")
-        found = self._min_bytes.get(config)
-        if found is None:
-            found = len(self.shortest_completion(config))
-            self._min_bytes[config] = found
-        return found
+        """Length of ``shortest_completion(config)`` (kept with it: every configuration on a
+        shortest completion's path keeps the rest of it)."""
+        return len(self.shortest_completion(config))
