@@ -101,6 +101,8 @@ MAX_SEARCH_EXPANSIONS = 200_000
 EXACT_COMPLETION_EXPANSIONS = 32
 SHORT_COMPLETION_WEIGHT = 2
 MAX_PRODUCT_STATES = 20_000
+#: Every byte, as the 256-bit sets of bytes ``completion_bound`` spells with.
+ALL_BYTES_MASK = (1 << 256) - 1
 #: The byte ranges of every multi-byte UTF-8 character: lead bytes, then each continuation.
 _UTF8_FORMS = (
     ((0xC2, 0xDF), ((0x80, 0xBF),)),
@@ -767,6 +769,7 @@ class _Product:
         self._live: dict[tuple, bool] = {}
         self._masks: frozenset[int] | None = None
         self._move_memo: dict[tuple, tuple[np.ndarray, list[tuple]]] = {}
+        self._shortest: dict[tuple[tuple, int], float] = {}
 
     def accepting(self, states: tuple) -> bool:
         return all(part.is_accepting(s) for part, s in zip(self.parts, states))
@@ -840,6 +843,36 @@ class _Product:
     def min_bytes(self, states: tuple) -> int:
         return max(part.min_bytes_to_accept(s) for part, s in zip(self.parts, states))
 
+    def shortest_bytes(self, states: tuple, spellable: int = ALL_BYTES_MASK) -> float:
+        """Bytes of a shortest string of the bytes in ``spellable`` (a 256-bit set) that
+        takes every operand from ``states`` to acceptance at once (breadth first), inf
+        when there is none or the search passes ``MAX_PRODUCT_STATES``."""
+        key = (states, spellable)
+        found = self._shortest.get(key)
+        if found is not None:
+            return found
+        found = float("inf")
+        values = _bytes_in(spellable)
+        seen = {states}
+        frontier = [states]
+        distance = 0
+        while frontier and len(seen) <= MAX_PRODUCT_STATES:
+            if any(self.accepting(current) for current in frontier):
+                found = distance
+                break
+            following = []
+            for current in frontier:
+                index, successors = self._moves(current)
+                for found_index in np.unique(index[values]).tolist():
+                    nxt = successors[found_index] if found_index >= 0 else None
+                    if nxt is not None and nxt not in seen:
+                        seen.add(nxt)
+                        following.append(nxt)
+            frontier = following
+            distance += 1
+        self._shortest[key] = found
+        return found
+
     def masks(self) -> frozenset[int]:
         if self._masks is None:
             self._masks = frozenset().union(*(part.consumed_masks() for part in self.parts))
@@ -847,9 +880,20 @@ class _Product:
 
 
 class _ReverseGraph:
-    """Edges of an NFA pointing backwards, with the bytes each edge consumes (0 or 1)."""
+    """Edges of an NFA pointing backwards, with the bytes each edge consumes.
 
-    def __init__(self, nfa: _Nfa) -> None:
+    By default every path of the NFA is an edge path (counter bounds, exclusions and
+    intersections ignored), so distances are lower bounds. With ``iteration_bytes``
+    (``_counted_bodies``) only *realizable* edges are kept: plain bytes, epsilons, calls,
+    a counted repetition entered for its minimum number of iterations and left from its
+    hub, an intersection crossed along its shortest common string, each byte one of
+    ``spellable``; positions whose every way out crosses ``any!`` or ``except!`` get no
+    path at all.
+    """
+
+    def __init__(
+        self, nfa: _Nfa, iteration_bytes: list[float] | None = None, spellable: int = 0
+    ) -> None:
         kind, out, arg = nfa.kind, nfa.out, nfa.arg
         n = len(kind)
         self.predecessors: list[list[tuple[int, int]]] = [[] for _ in range(n)]
@@ -858,6 +902,9 @@ class _ReverseGraph:
         self.rule_starting_at = {start: index for index, start in enumerate(nfa.rule_start)}
         self.ends = [p for p in range(n) if kind[p] == _END or kind[p] == _ACCEPT]
         predecessors = self.predecessors
+        if iteration_bytes is not None:
+            self._add_realizable_edges(nfa, iteration_bytes, spellable)
+            return
         for p in range(n):
             k = kind[p]
             if k == _EPS or k == _COUNT_ENTER or k == _COUNT_HUB:
@@ -874,6 +921,132 @@ class _ReverseGraph:
             elif k == _CALL:
                 self.calls_returning_to[out[p]].append(p)
                 self.calls_of_rule[arg[p]].append(p)
+
+    def _add_realizable_edges(self, nfa: _Nfa, iteration_bytes: list[float], spellable: int) -> None:
+        kind, out, arg, mask = nfa.kind, nfa.out, nfa.arg, nfa.mask
+        predecessors = self.predecessors
+        for p in range(len(kind)):
+            k = kind[p]
+            if k == _EPS:
+                for q in out[p]:
+                    predecessors[q].append((p, 0))
+            elif k == _BYTE:
+                if mask[p] & spellable:
+                    predecessors[out[p]].append((p, 1))
+            elif k == _COUNT_ENTER:
+                # Entering reads the minimum number of iterations before it may leave.
+                low = nfa.counters[arg[p]][0]
+                if low == 0 or iteration_bytes[arg[p]] < float("inf"):
+                    predecessors[out[p][1]].append((p, low * iteration_bytes[arg[p]] if low else 0))
+            elif k == _COUNT_HUB:
+                # Leaving is allowed once the minimum is done; items in the body add
+                # the iterations they still owe (``ByteAutomaton._compute_completion_bound``).
+                predecessors[out[p][1]].append((p, 0))
+            elif k == _ISECT_ENTER:
+                predecessors[out[p]].append((p, 0))
+            elif k == _ISECT:
+                product = nfa.intersections[out[p]]
+                shortest = product.shortest_bytes(product.initial, spellable)
+                if shortest < float("inf"):
+                    predecessors[arg[p]].append((p, shortest))
+            elif k == _CALL:
+                self.calls_returning_to[out[p]].append(p)
+                self.calls_of_rule[arg[p]].append(p)
+
+
+def _counted_bodies(nfa: _Nfa, spellable: int) -> tuple[dict[int, int], list[float]]:
+    """(body position -> its counted repetition, bytes of one iteration along each
+    repetition's shortest body path of ``spellable`` bytes; inf where a body holds
+    anything but bytes and epsilons)."""
+    kind, out, mask = nfa.kind, nfa.out, nfa.mask
+    body_of: dict[int, int] = {}
+    minimums: list[float] = [float("inf")] * len(nfa.counters)
+    for p in range(len(kind)):
+        if kind[p] != _COUNT_ENTER:
+            continue
+        counter = nfa.arg[p]
+        entry = out[p][0]
+        # 0-1 breadth-first search from the body's entry to its hub.
+        distance = {entry: 0}
+        queue = [(0, entry)]
+        shortest, plain = float("inf"), True
+        while queue:
+            d, q = heapq.heappop(queue)
+            if d > distance.get(q, d):
+                continue
+            k = kind[q]
+            if k == _COUNT_HUB:
+                if nfa.arg[q] == counter:
+                    shortest = min(shortest, d)
+                    continue
+                plain = False
+                continue
+            body_of[q] = counter
+            if k == _BYTE:
+                moves = ((out[q], d + 1),) if mask[q] & spellable else ()
+            elif k == _EPS:
+                moves = tuple((target, d) for target in out[q])
+            else:
+                plain = False
+                continue
+            for target, nd in moves:
+                if nd < distance.get(target, float("inf")):
+                    distance[target] = nd
+                    heapq.heappush(queue, (nd, target))
+        if plain:
+            minimums[counter] = shortest
+    return body_of, minimums
+
+
+class _RealizableDistances:
+    """What ``ByteAutomaton.completion_bound`` reads for one set of spellable bytes:
+    realizable distances to rule ends, counted repetitions, and memos."""
+
+    def __init__(self, nfa: _Nfa, spellable: int) -> None:
+        self.spellable = spellable
+        self.body_of, self.iteration_bytes = _counted_bodies(nfa, spellable)
+        self.dist = _distances_to_ends(nfa, _ReverseGraph(nfa, self.iteration_bytes, spellable))
+        self.continuation: dict = {}
+        self.bounds: dict[int, float] = {}
+
+
+@lru_cache(maxsize=16)
+def _bytes_in(byte_set: int) -> np.ndarray:
+    return np.array([value for value in range(256) if byte_set >> value & 1], dtype=np.intp)
+
+
+def _distances_to_ends(nfa: _Nfa, graph: _ReverseGraph) -> list[float]:
+    """Bytes from each NFA position to the end of its rule along ``graph``'s edges.
+
+    One Dijkstra pass backwards from rule ends; a call edge costs the callee's own
+    minimum, which is final once the callee's start position is settled (Knuth's
+    generalisation of Dijkstra to grammars), so no outer fixpoint is needed.
+    """
+    inf = float("inf")
+    dist = [inf] * len(nfa.kind)
+    settled = [False] * len(nfa.kind)
+    rule_min = [inf] * len(nfa.rule_start)
+    heap = [(0, p) for p in graph.ends]
+    for p in graph.ends:
+        dist[p] = 0
+    arg, out = nfa.arg, nfa.out
+    while heap:
+        d, q = heapq.heappop(heap)
+        if settled[q]:
+            continue
+        settled[q] = True
+        candidates = [(p, d + cost) for p, cost in graph.predecessors[q]]
+        for call in graph.calls_returning_to[q]:
+            candidates.append((call, rule_min[arg[call]] + d))
+        rule = graph.rule_starting_at.get(q)
+        if rule is not None and rule_min[rule] == inf:
+            rule_min[rule] = d
+            candidates.extend((call, d + dist[out[call]]) for call in graph.calls_of_rule[rule] if settled[out[call]])
+        for p, nd in candidates:
+            if nd < dist[p]:
+                dist[p] = nd
+                heapq.heappush(heap, (nd, p))
+    return dist
 
 
 def _co_accessible(nfa: _Nfa, graph: _ReverseGraph) -> list[bool]:
@@ -1075,6 +1248,8 @@ class ByteAutomaton:
         # The completion searches meet the same configurations again and again (each
         # search of a token budget's costs starts near the last one).
         self._lower_bounds: dict[int, tuple[float, int]] = {}
+        # Spellable bytes (a 256-bit set) -> the distances ``completion_bound`` reads.
+        self._realizable: dict[int, _RealizableDistances] = {}
         self._search_moves: dict[int, tuple] = {}
         # Configuration -> (a completion through it, where its own rest starts, whether
         # that rest is a shortest one).
@@ -1895,42 +2070,61 @@ class ByteAutomaton:
 
     # -- shortest completions ---------------------------------------------------------
     def _heuristic_tables(self):
-        """Static lower bounds: bytes from each NFA position to the end of its rule.
-
-        One Dijkstra pass backwards from rule ends; a call edge costs the callee's own
-        minimum, which is final once the callee's start position is settled (Knuth's
-        generalisation of Dijkstra to grammars), so no outer fixpoint is needed.
-        """
-        if self._heuristic_data is not None:
-            return self._heuristic_data
-        nfa = self._nfa
-        graph = nfa.reverse_graph()
-        inf = float("inf")
-        dist = [inf] * len(nfa.kind)
-        settled = [False] * len(nfa.kind)
-        rule_min = [inf] * len(nfa.rule_start)
-        heap = [(0, p) for p in graph.ends]
-        for p in graph.ends:
-            dist[p] = 0
-        arg, out = nfa.arg, nfa.out
-        while heap:
-            d, q = heapq.heappop(heap)
-            if settled[q]:
-                continue
-            settled[q] = True
-            candidates = [(p, d + cost) for p, cost in graph.predecessors[q]]
-            for call in graph.calls_returning_to[q]:
-                candidates.append((call, rule_min[arg[call]] + d))
-            rule = graph.rule_starting_at.get(q)
-            if rule is not None and rule_min[rule] == inf:
-                rule_min[rule] = d
-                candidates.extend((call, d + dist[out[call]]) for call in graph.calls_of_rule[rule] if settled[out[call]])
-            for p, nd in candidates:
-                if nd < dist[p]:
-                    dist[p] = nd
-                    heapq.heappush(heap, (nd, p))
-        self._heuristic_data = (dist, {})
+        """Static lower bounds: bytes from each NFA position to the end of its rule (``_distances_to_ends``)."""
+        if self._heuristic_data is None:
+            nfa = self._nfa
+            self._heuristic_data = (_distances_to_ends(nfa, nfa.reverse_graph()), {})
         return self._heuristic_data
+
+    def completion_bound(self, config: int, spellable: int = ALL_BYTES_MASK) -> float:
+        """An upper bound on the bytes of a shortest completion of ``config`` spelled with
+        the bytes in ``spellable`` (a 256-bit set): the fewest such bytes along which one
+        of its items is known to finish (plain bytes, calls, counted repetitions,
+        intersections; ``any!`` and ``except!`` are not followed), inf when no item's way
+        is known. Cheap: static distances, no search but the shortest strings of
+        intersections."""
+        tables = self._realizable.get(spellable)
+        if tables is None:
+            tables = self._realizable[spellable] = _RealizableDistances(self._nfa, spellable)
+        found = tables.bounds.get(config)
+        if found is None:
+            found = tables.bounds[config] = self._compute_completion_bound(config, tables)
+        return found
+
+    def _compute_completion_bound(self, config: int, tables: "_RealizableDistances") -> float:
+        if config < 0:
+            return float("inf")
+        dist, body_of, iteration_bytes = tables.dist, tables.body_of, tables.iteration_bytes
+        nfa = self._nfa
+        owner, counters = nfa.owner, nfa.counters
+        kind, out, arg = nfa.kind, nfa.out, nfa.arg
+        best = float("inf")
+        for p, o, w, t in self._configs[config]:
+            if w is not None:
+                continue
+            if kind[p] == _ISECT:
+                cost = dist[arg[p]] + nfa.intersections[out[p]].shortest_bytes(t, tables.spellable)
+                t = None
+            else:
+                cost = dist[p]
+            if cost >= best:
+                continue
+            if t is not None:
+                counter = body_of.get(p) if type(t) is int else None
+                if counter is None:
+                    continue
+                # ``t`` iterations are done and this one is under way.
+                owed = counters[counter][0] - t - 1
+                if owed > 0:
+                    cost += owed * iteration_bytes[counter]
+            if o is not None:
+                if o[1] is not None:
+                    continue
+                origin_config = config if o[0] == SELF else o[0]
+                table = self._continuation_table(origin_config, tables.continuation, dist, realizable=True)
+                cost += table.get((owner[p], None), float("inf"))
+            best = min(best, cost)
+        return best
 
     def _lower_bound(self, config: int) -> float:
         return self._bound_and_byte(config)[0]
@@ -1964,8 +2158,10 @@ class ByteAutomaton:
                 best_byte = (mask[p] & -mask[p]).bit_length() - 1 if kind[p] == _BYTE and mask[p] else -1
         return best, best_byte
 
-    def _continuation_table(self, config: int, memo: dict, dist) -> dict:
-        """Lower bounds on the bytes needed after rule ``(rule, call_watch)`` returns to ``config``.
+    def _continuation_table(self, config: int, memo: dict, dist, *, realizable: bool = False) -> dict:
+        """Lower bounds on the bytes needed after rule ``(rule, call_watch)`` returns to ``config``
+        (with ``realizable``, the realizable distances of ``completion_bound``: only
+        callers without a watch or a repetition count, which finish as ``dist`` says).
 
         Origins always name older configurations (smaller ids) or the configuration
         itself, so tables are built oldest first without recursion, and the
@@ -1991,7 +2187,11 @@ class ByteAutomaton:
             best: dict = {}
             internal: dict = {}
             for key, entries in (self._callers[current] or {}).items():
-                for ret, o, _t in entries:
+                if realizable and key[1] is not None:
+                    continue
+                for ret, o, t in entries:
+                    if realizable and (t is not None or (o is not None and o[1] is not None)):
+                        continue
                     if o is None:
                         base = dist[ret]
                     elif o[0] == current:

@@ -43,6 +43,13 @@ exceeds the tokens left keeps a valid completion within reach at every step, and
 output always ends complete inside the budget. Costs are kept per configuration; a
 mask's check reads the distinct states its tokens lead to (a token group allowed whole
 leads to one per character count), not every token's.
+
+A cost is also never more than the automaton's ``completion_bound`` (the bytes of a
+completion known from static distances, spelled with the bytes that are tokens by
+themselves, one token each), and that path too keeps a completion within reach: its
+first byte's token leads to a bound one less. While every state a mask's tokens lead to
+has a bound within the tokens left, which is most steps of a budget that does not bind
+yet, the check reads only these bounds and searches no completion.
 """
 
 from __future__ import annotations
@@ -115,11 +122,16 @@ class MaskEntry:
     members lead to ``states[0]``, and so on, as ``TokenGroup.members_along`` gives them).
     """
 
-    __slots__ = ("size", "words", "max_end_cost", "end_costs", "_found_ids", "_found_ends", "_base", "_ids", "_ends")
+    __slots__ = (
+        "size", "words", "max_end_cost", "max_end_exact", "end_costs", "_found_ids", "_found_ends", "_base", "_ids",
+        "_ends",
+    )
 
     def __init__(self, size: int, ids: np.ndarray, ends=None, base: tuple | None = None) -> None:
         self.size = size
+        # At least the largest cost of an allowed token; exactly it once ``max_end_exact``.
         self.max_end_cost: int | None = None
+        self.max_end_exact = False
         # Each allowed token's cost (int32, aligned with ``ids``), kept by matchers whose
         # costs depend on the state alone, once a budget binds here.
         self.end_costs: np.ndarray | None = None
@@ -229,7 +241,9 @@ class MatcherBase:
     after a whole token, or None if not allowed), ``_accepting(state)``,
     ``_can_continue(state)``, ``_entry(state)`` (the ``MaskEntry`` of allowed tokens),
     ``_cost(state)`` (tokens of a concrete path to acceptance), ``_end_costs(entry)``,
-    ``_forced_bytes(state)`` and ``_extends_past(state, trie_node)``.
+    ``_forced_bytes(state)`` and ``_extends_past(state, trie_node)``; optionally
+    ``_cost_bound(state)`` and ``_max_end_bound(entry)``, cheaper numbers the costs do
+    not exceed.
     """
 
     def __init__(self, vocab: TokenVocabulary, max_tokens: int | None) -> None:
@@ -245,7 +259,7 @@ class MatcherBase:
         self._finished = [False]
         self._generated = [0]
         self._budget_memo: tuple | None = None
-        if max_tokens is not None:
+        if max_tokens is not None and not self._fits(self._states[0], max_tokens):
             needed = self._cost(self._states[0])
             if needed >= UNREACHABLE:
                 raise TokenBudgetError(
@@ -300,7 +314,9 @@ class MatcherBase:
             empty = np.zeros(0, dtype=np.int32)
             return empty, pack_ids(empty, self.vocab.size)
         if entry.max_end_cost is None:
-            entry.max_end_cost = self._max_end_cost(entry)
+            entry.max_end_cost = self._max_end_bound(entry)
+        if entry.max_end_cost > remaining - 1 and not entry.max_end_exact:
+            entry.max_end_cost, entry.max_end_exact = self._max_end_cost(entry), True
         if entry.max_end_cost <= remaining - 1:
             return entry.ids if ids_needed else None, entry.words
         memo = self._budget_memo
@@ -361,7 +377,7 @@ class MatcherBase:
         new_state = self._end_state(self._state, token_id)
         if new_state is None:
             return None
-        if remaining is not None and self._cost(new_state) > remaining - 1:
+        if remaining is not None and not self._fits(new_state, remaining - 1):
             return None
         return new_state
 
@@ -454,7 +470,7 @@ class MatcherBase:
                 break
             if remaining is not None:
                 remaining -= 1
-                if self._cost(new_state) > remaining:
+                if not self._fits(new_state, remaining):
                     break
             kept.append(token_id)
             state = new_state
@@ -475,6 +491,18 @@ class MatcherBase:
     def _max_end_cost(self, entry: MaskEntry) -> int:
         costs = self._end_costs(entry)
         return int(costs.max()) if len(costs) else 0
+
+    def _cost_bound(self, state) -> int:
+        """A number ``_cost(state)`` does not exceed, known without a search (UNREACHABLE: none known)."""
+        return UNREACHABLE
+
+    def _fits(self, state, tokens: int) -> bool:
+        """Whether ``state`` can finish within ``tokens`` (``_cost(state) <= tokens``)."""
+        return self._cost_bound(state) <= tokens or self._cost(state) <= tokens
+
+    def _max_end_bound(self, entry: MaskEntry) -> int:
+        """A number the largest cost of a token ``entry`` allows does not exceed, cheaper than ``_max_end_cost``."""
+        return UNREACHABLE
 
 
 def _check_vocabulary(vocab) -> None:
@@ -514,9 +542,22 @@ class _AutomatonTables:
     def __init__(self, vocab: TokenVocabulary) -> None:
         self.masks = MaskCache()
         self.costs: dict[int, int] = {}
+        self._single_byte_tokens: int | None = None
         self.chain_groups: dict[int, Any] = {}
         self.successors: dict[tuple[int, str, bool], int | None] = {}
         self.groups = group_tables_for(vocab)
+        self.vocab = vocab
+
+    @property
+    def single_byte_tokens(self) -> int:
+        """The bytes that are text tokens by themselves (a 256-bit set): a string of them
+        is spelled by as many tokens as it has bytes."""
+        if self._single_byte_tokens is None:
+            trie = self.vocab.trie
+            self._single_byte_tokens = sum(
+                1 << value for value in range(256) if (node := trie.child(0, value)) >= 0 and trie.has_tokens(node)
+            )
+        return self._single_byte_tokens
 
 
 _SHARED: "weakref.WeakKeyDictionary[Any, dict[str, _AutomatonTables]]" = weakref.WeakKeyDictionary()
@@ -1115,15 +1156,28 @@ class Matcher(MatcherBase):
                 completion, position = self._completion(current), 0
             following = None if completion is None else self._greedy_token_step(current, completion, position)
             if following is None or following[0] in chain:
-                costs[current] = UNREACHABLE
+                costs[current] = self._cost_bound(current)
                 chain.pop()
                 break
             current, position = following
         value = costs[current]
         for earlier in reversed(chain):
-            value = min(UNREACHABLE, value + 1)
+            value = min(UNREACHABLE, value + 1, self._cost_bound(earlier))
             costs[earlier] = value
         return costs[config]
+
+    def _cost_bound(self, config: int) -> int:
+        # A completion the automaton knows without a search, of bytes that are tokens by
+        # themselves: the first byte's token leads to a configuration whose bound is one
+        # less, so masks that admit tokens by this bound always leave a way to finish.
+        completion_bound = getattr(self.automaton, "completion_bound", None)
+        if completion_bound is None or self._hooks or not self._tables.single_byte_tokens:
+            return UNREACHABLE
+        bound = completion_bound(config, self._tables.single_byte_tokens)
+        return int(bound) if bound < UNREACHABLE else UNREACHABLE
+
+    def _max_end_bound(self, entry: MaskEntry) -> int:
+        return max((self._cost_bound(end) for end in entry.distinct_ends().tolist()), default=0)
 
     def _completion(self, config: int) -> bytes | None:
         automaton = self.automaton

@@ -1,0 +1,213 @@
+"""The completion bound: a completion known from static distances alone, which lets a
+token budget that is far from binding admit tokens without searching for completions."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from surecall import grammar_from_schema
+from surecall.engine import Grammar
+from surecall.engine import automaton as automaton_module
+from surecall.engine.errors import GrammarError, TokenBudgetError
+from surecall.engine.matcher import DEAD, Matcher
+from surecall.engine.vocab import TokenVocabulary
+
+_spec = importlib.util.spec_from_file_location("automaton_doubles", Path(__file__).with_name("automaton_doubles.py"))
+doubles = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(doubles)
+_spec = importlib.util.spec_from_file_location("regex_strategies", Path(__file__).with_name("regex_strategies.py"))
+regex_strategies = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(regex_strategies)
+
+VOCAB = doubles.sample_vocabulary()
+
+# Each reaches the bound's cases: counted repetitions owing iterations (minLength past the
+# unrolled range), intersections (integers, a format with a length limit), calls
+# (recursion), alternatives and optional properties.
+SCHEMAS = {
+    "counted": {
+        "type": "object",
+        "properties": {"code": {"type": "string", "minLength": 40, "maxLength": 60}, "n": {"type": "integer"}},
+        "required": ["code", "n"],
+        "additionalProperties": False,
+    },
+    "intersections": {
+        "type": "object",
+        "properties": {
+            "count": {"type": "integer", "minimum": 10, "maximum": 5000},
+            "code": {"type": "string", "pattern": "^[a-z]+[0-9]*$", "minLength": 3, "maxLength": 8},
+            "ratio": {"type": "number", "minimum": -2.5, "maximum": 1000},
+        },
+        "required": ["count", "code", "ratio"],
+        "additionalProperties": False,
+    },
+    "recursive": {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                "required": ["name", "children"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/node",
+    },
+    "choices": {
+        "anyOf": [
+            {"type": "array", "items": {"type": "integer"}, "minItems": 2},
+            {"type": "object", "properties": {"a": {"enum": ["x", "yy"]}, "b": {"type": "boolean"}}, "required": ["b"]},
+        ]
+    },
+}
+
+
+def _random_config(automaton, choices) -> int:
+    config = automaton.initial
+    for choice in choices:
+        following = automaton.next_bytes(config)
+        if not len(following):
+            break
+        config = automaton.step(config, int(following[choice % len(following)]))
+    assert config != DEAD
+    return config
+
+
+def _check_bound_leads_to_acceptance(automaton, config: int) -> None:
+    """The bound is a completion's length: a byte lowers it by one until acceptance."""
+    bound = automaton.completion_bound(config)
+    assume(bound < float("inf"))
+    assert bound >= automaton.min_bytes_to_accept(config)
+    for _ in range(int(bound)):
+        if automaton.is_accepting(config):
+            break
+        current = automaton.completion_bound(config)
+        lower = [value for value in automaton.next_bytes(config) if automaton.completion_bound(automaton.step(config, value)) <= current - 1]
+        assert lower, "some byte lowers the bound by one"
+        config = automaton.step(config, int(lower[0]))
+    assert automaton.is_accepting(config)
+    assert automaton.completion_bound(config) == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(regex_strategies.regexes, st.lists(st.integers(0, 255), max_size=8))
+def test_bound_of_a_regex_is_a_completion(patterns, choices):
+    try:
+        automaton = Grammar.from_regex(patterns[0]).automaton
+    except GrammarError:
+        assume(False)  # a language without any string ([^\d\D])
+    config = _random_config(automaton, choices)
+    # Regular languages without except! or any!: every item's way is known.
+    assert automaton.completion_bound(config) < float("inf")
+    _check_bound_leads_to_acceptance(automaton, config)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(choices=st.lists(st.integers(0, 255), max_size=60))
+def test_bound_of_a_schema_is_a_completion(name, choices):
+    automaton = grammar_from_schema(SCHEMAS[name]).automaton
+    _check_bound_leads_to_acceptance(automaton, _random_config(automaton, choices))
+
+
+def test_bound_counts_the_iterations_a_counted_repetition_owes():
+    automaton = grammar_from_schema(SCHEMAS["counted"]).automaton
+    config = automaton.step_bytes(automaton.initial, b'{"code":"abc')
+    # 37 more characters, the closing quote, then ,"n":0}
+    assert automaton.completion_bound(config) == automaton.min_bytes_to_accept(config) == 37 + 1 + len(',"n":0}')
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_a_loose_budget_masks_as_no_budget_without_searching(name, monkeypatch):
+    grammar = grammar_from_schema(SCHEMAS[name])
+    automaton = grammar.automaton
+
+    def no_search(config):
+        raise AssertionError("a budget far from binding searched for a completion")
+
+    monkeypatch.setattr(automaton, "completion", no_search)
+    monkeypatch.setattr(automaton, "shortest_completion", no_search)
+    budgeted = Matcher(grammar, VOCAB, max_tokens=2_000)
+    free = Matcher(grammar, VOCAB)
+    rng = np.random.default_rng(11)
+    for _ in range(120):
+        if free.is_finished():
+            break
+        allowed = budgeted.allowed_token_ids()
+        assert np.array_equal(allowed, free.allowed_token_ids())
+        token_id = int(rng.choice(allowed))
+        assert budgeted.advance(token_id) == free.advance(token_id)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@pytest.mark.parametrize("slack", [0, 2, 7])
+def test_budget_near_its_minimum_still_finishes_inside_it(name, slack):
+    # The cost of a state is the fewer of a found completion's tokens and the bound's bytes:
+    # tokens admitted by either must leave a way to finish.
+    grammar = grammar_from_schema(SCHEMAS[name])
+    budget = Matcher(grammar, VOCAB).min_tokens_to_finish() + slack
+    rng = np.random.default_rng(slack)
+    matcher = Matcher(grammar, VOCAB, max_tokens=budget)
+    steps = 0
+    while not matcher.is_finished():
+        allowed = matcher.allowed_token_ids()
+        assert len(allowed), "a budgeted matcher never runs out of allowed tokens"
+        matcher.advance(int(rng.choice(allowed)))
+        steps += 1
+    assert steps <= budget + 1  # the closing end-of-sequence token is free
+    jsonschema.validate(json.loads(matcher.text_bytes()), SCHEMAS[name])
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_tight_budget_masks_hold_exactly_the_tokens_advance_takes(name):
+    # The mask reads costs kept per token, advancing checks the one state: both must
+    # count the bound's completion.
+    grammar = grammar_from_schema(SCHEMAS[name])
+    matcher = Matcher(grammar, VOCAB, max_tokens=Matcher(grammar, VOCAB).min_tokens_to_finish() + 3)
+    rng = np.random.default_rng(5)
+    while not matcher.is_finished():
+        allowed = set(matcher.allowed_token_ids().tolist())
+        unbudgeted = matcher._entry(matcher.config).ids.tolist()
+        assert {t for t in unbudgeted if matcher.is_allowed(t)} == allowed - set(VOCAB.eos_token_ids)
+        matcher.advance(int(rng.choice(sorted(allowed))))
+
+
+def test_cost_is_the_bound_where_the_found_completion_is_longer(monkeypatch):
+    # The weighted search dives into the twenty digits (22 bytes) while the letters finish in
+    # 16: a budget of 16 must admit the opening quote, in the mask (whose costs are read per
+    # token, as the token '"1' is too long for the bound) as when advancing.
+    monkeypatch.setattr(automaton_module, "EXACT_COMPLETION_EXPANSIONS", 0)
+    schema = {"anyOf": [{"type": "string", "pattern": "^[0-9]{20}$"}, {"type": "string", "pattern": "^abcdefghijklmn$"}]}
+    grammar = grammar_from_schema(schema)
+    vocab = TokenVocabulary([b"<|endoftext|>"] + [bytes([b]) for b in range(256)] + [b'"1'], special_ids={0}, eos_token_ids={0})
+    matcher = Matcher(grammar, vocab, max_tokens=16)
+    quote = vocab.tokenize_bytes(b'"')[0]
+    assert quote in matcher.allowed_token_ids().tolist()
+    assert matcher.is_allowed(quote)
+    while not matcher.is_finished():
+        allowed = matcher.allowed_token_ids()
+        assert len(allowed)
+        assert all(matcher.is_allowed(t) for t in allowed.tolist())
+        matcher.advance(int(allowed[0]))
+    assert json.loads(matcher.text_bytes()) == "abcdefghijklmn"
+
+
+def test_bound_spells_only_bytes_that_are_tokens_by_themselves():
+    automaton = Grammar.from_regex("a|bb").automaton
+    assert automaton.completion_bound(automaton.initial) == 1
+    without_a = automaton_module.ALL_BYTES_MASK & ~(1 << ord("a"))
+    assert automaton.completion_bound(automaton.initial, without_a) == 2
+    # "a" is no token here (only inside "ab"): one token cannot finish, and the budget
+    # check must say so instead of admitting a start it cannot complete.
+    vocab = TokenVocabulary([b"<|endoftext|>", b"b", b"ab"], special_ids={0}, eos_token_ids={0})
+    with pytest.raises(TokenBudgetError):
+        Matcher(Grammar.from_regex("a|bb"), vocab, max_tokens=1)
+    matcher = Matcher(Grammar.from_regex("a|bb"), vocab, max_tokens=2)
+    assert matcher.allowed_token_ids().tolist() == [1]
