@@ -376,7 +376,7 @@ class ConstraintMatcher(MatcherBase):
                     return after
         return None
 
-    def _end_costs(self, entry: MaskEntry) -> np.ndarray:
+    def _end_costs(self, entry: MaskEntry, limit: int) -> np.ndarray:
         state = self._state
         costs = np.zeros(len(entry.ids), dtype=np.int64)
         for index, token_id in enumerate(entry.ids.tolist()):

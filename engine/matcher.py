@@ -123,18 +123,19 @@ class MaskEntry:
     """
 
     __slots__ = (
-        "size", "words", "max_end_cost", "max_end_exact", "end_costs", "_found_ids", "_found_ends", "_base", "_ids",
+        "size", "words", "max_end_cost", "end_costs", "end_table", "_found_ids", "_found_ends", "_base", "_ids",
         "_ends",
     )
 
     def __init__(self, size: int, ids: np.ndarray, ends=None, base: tuple | None = None) -> None:
         self.size = size
-        # At least the largest cost of an allowed token; exactly it once ``max_end_exact``.
+        # A number no allowed token's cost exceeds.
         self.max_end_cost: int | None = None
-        self.max_end_exact = False
-        # Each allowed token's cost (int32, aligned with ``ids``), kept by matchers whose
-        # costs depend on the state alone, once a budget binds here.
+        # Each allowed token's cost or a number it does not exceed (int32, aligned with
+        # ``ids``), and what a matcher keeps to make it (``Matcher._end_costs``), kept by
+        # matchers whose costs depend on the state alone once a budget binds here.
         self.end_costs: np.ndarray | None = None
+        self.end_table: tuple | None = None
         self._found_ids = np.asarray(ids, dtype=np.int32)
         self._found_ends = ends
         self._base = base
@@ -197,7 +198,7 @@ class MaskEntry:
             total += self._found_ends.nbytes
         if self._base is not None and isinstance(self._base[2], tuple):
             total += self._base[2][0].nbytes  # the group's ids, words and counts are shared, its states are not
-        for cached in (self._ids, self._ends, self.end_costs):
+        for cached in (self._ids, self._ends, self.end_costs, *(self.end_table or ())):
             if cached is not None:
                 total += cached.nbytes
         return total
@@ -240,9 +241,10 @@ class MatcherBase:
     A subclass provides: ``_initial_state()``, ``_end_state(state, token_id)`` (state
     after a whole token, or None if not allowed), ``_accepting(state)``,
     ``_can_continue(state)``, ``_entry(state)`` (the ``MaskEntry`` of allowed tokens),
-    ``_cost(state)`` (tokens of a concrete path to acceptance), ``_end_costs(entry)``,
+    ``_cost(state)`` (tokens of a concrete path to acceptance), ``_end_costs(entry,
+    limit)`` (each allowed token's cost, or a number within ``limit`` it does not exceed),
     ``_forced_bytes(state)`` and ``_extends_past(state, trie_node)``; optionally
-    ``_cost_bound(state)`` and ``_max_end_bound(entry)``, cheaper numbers the costs do
+    ``_cost_bound(state)`` and ``_max_end_bound(entry, limit)``, cheaper numbers the costs do
     not exceed.
     """
 
@@ -313,16 +315,14 @@ class MatcherBase:
         if remaining <= 0:
             empty = np.zeros(0, dtype=np.int32)
             return empty, pack_ids(empty, self.vocab.size)
-        if entry.max_end_cost is None:
-            entry.max_end_cost = self._max_end_bound(entry)
-        if entry.max_end_cost > remaining - 1 and not entry.max_end_exact:
-            entry.max_end_cost, entry.max_end_exact = self._max_end_cost(entry), True
+        if entry.max_end_cost is None or (self._bounds_tighten and entry.max_end_cost > remaining - 1):
+            entry.max_end_cost = self._max_end_bound(entry, remaining - 1)
         if entry.max_end_cost <= remaining - 1:
             return entry.ids if ids_needed else None, entry.words
         memo = self._budget_memo
         if memo is not None and memo[0] is entry and memo[1] == remaining:
             return memo[2]
-        keep = self._end_costs(entry) <= remaining - 1
+        keep = self._end_costs(entry, remaining - 1) <= remaining - 1
         ids = entry.ids[keep]
         result = (ids, pack_ids(ids, self.vocab.size))
         self._budget_memo = (entry, remaining, result)
@@ -488,10 +488,6 @@ class MatcherBase:
             return 0
         return self._cost(self._state)
 
-    def _max_end_cost(self, entry: MaskEntry) -> int:
-        costs = self._end_costs(entry)
-        return int(costs.max()) if len(costs) else 0
-
     def _cost_bound(self, state) -> int:
         """A number ``_cost(state)`` does not exceed, known without a search (UNREACHABLE: none known)."""
         return UNREACHABLE
@@ -500,9 +496,14 @@ class MatcherBase:
         """Whether ``state`` can finish within ``tokens`` (``_cost(state) <= tokens``)."""
         return self._cost_bound(state) <= tokens or self._cost(state) <= tokens
 
-    def _max_end_bound(self, entry: MaskEntry) -> int:
-        """A number the largest cost of a token ``entry`` allows does not exceed, cheaper than ``_max_end_cost``."""
-        return UNREACHABLE
+    #: Whether ``_max_end_bound`` comes closer to the largest cost with a smaller limit.
+    _bounds_tighten = False
+
+    def _max_end_bound(self, entry: MaskEntry, limit: int) -> int:
+        """A number no cost of a token ``entry`` allows exceeds, and the largest cost
+        itself where that is more than ``limit``."""
+        costs = self._end_costs(entry, limit)
+        return int(costs.max()) if len(costs) else 0
 
 
 def _check_vocabulary(vocab) -> None:
@@ -1176,8 +1177,11 @@ class Matcher(MatcherBase):
         bound = completion_bound(config, self._tables.single_byte_tokens)
         return int(bound) if bound < UNREACHABLE else UNREACHABLE
 
-    def _max_end_bound(self, entry: MaskEntry) -> int:
-        return max((self._cost_bound(end) for end in entry.distinct_ends().tolist()), default=0)
+    _bounds_tighten = True
+
+    def _max_end_bound(self, entry: MaskEntry, limit: int) -> int:
+        values = self._distinct_end_costs(entry, limit)[1]
+        return int(values.max()) if len(values) else 0
 
     def _completion(self, config: int) -> bytes | None:
         automaton = self.automaton
@@ -1212,16 +1216,29 @@ class Matcher(MatcherBase):
                 best = None if any_end == DEAD else (any_end, position)
         return best
 
-    def _max_end_cost(self, entry: MaskEntry) -> int:
-        return max((self._cost(end) for end in entry.distinct_ends().tolist()), default=0)
-
-    def _end_costs(self, entry: MaskEntry) -> np.ndarray:
-        # A budget that binds asks again at every step with fewer tokens left: the costs
-        # depend on the states alone, so they are kept with the mask.
-        if entry.end_costs is None:
+    def _distinct_end_costs(self, entry: MaskEntry, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the distinct states ``entry``'s tokens lead to, the cost of each or, where that
+        is within ``limit``, its bound, whether each value is the cost), kept with the
+        mask: a budget that binds asks again at every step with fewer tokens left, and the
+        costs depend on the states alone. Only states whose bound passes ``limit`` search
+        a completion."""
+        table = entry.end_table
+        if table is None:
             distinct_ends = entry.distinct_ends()
-            cost_of = np.zeros(int(distinct_ends.max(initial=0)) + 1, dtype=np.int64)
-            for end in distinct_ends.tolist():
-                cost_of[end] = self._cost(end)
-            entry.end_costs = np.minimum(cost_of[entry.ends], _COST_CEILING).astype(np.int32)
+            bounds = np.array([self._cost_bound(end) for end in distinct_ends.tolist()], dtype=np.int64)
+            table = entry.end_table = (distinct_ends, bounds, np.zeros(len(distinct_ends), dtype=bool))
+        distinct_ends, values, exact = table
+        unknown = ~exact & (values > limit)
+        if unknown.any():
+            for index in np.flatnonzero(unknown).tolist():
+                values[index] = self._cost(int(distinct_ends[index]))
+            exact |= unknown
+            entry.end_costs = None
+        return table
+
+    def _end_costs(self, entry: MaskEntry, limit: int) -> np.ndarray:
+        distinct_ends, values, _exact = self._distinct_end_costs(entry, limit)
+        if entry.end_costs is None:
+            end_of_token = np.searchsorted(distinct_ends, entry.ends)
+            entry.end_costs = np.minimum(values[end_of_token], _COST_CEILING).astype(np.int32)
         return entry.end_costs
