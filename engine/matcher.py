@@ -1068,7 +1068,7 @@ class Matcher(MatcherBase):
                 if span > 0:
                     chain[count + 1] = following
                     for ahead in range(1, span + 1):
-                        chain[count + 1 + ahead] = self.automaton.count_shifted(current, ahead + 1)
+                        chain[count + 1 + ahead] = self.automaton.count_shifted(int(chain[count + ahead]), 1)
                     following, count = int(chain[count + 1 + span]), count + span
             current, count = following, count + 1
         return chain
