@@ -338,3 +338,16 @@ def is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def walk_randomly_inside_budget(matcher, rng) -> bytes:
+    """Advance by random allowed tokens until finished, checking the budget never strands
+    the walk and holds; returns the text."""
+    budget, steps = matcher.max_tokens, 0
+    while not matcher.is_finished():
+        allowed = matcher.allowed_token_ids()
+        assert len(allowed), "a budgeted matcher never runs out of allowed tokens"
+        matcher.advance(int(rng.choice(allowed)))
+        steps += 1
+    assert steps <= budget + 1  # the closing end-of-sequence token is free
+    return matcher.text_bytes()

@@ -20,12 +20,16 @@ from surecall.engine.errors import GrammarError, TokenBudgetError
 from surecall.engine.matcher import DEAD, Matcher
 from surecall.engine.vocab import TokenVocabulary
 
-_spec = importlib.util.spec_from_file_location("automaton_doubles", Path(__file__).with_name("automaton_doubles.py"))
-doubles = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(doubles)
-_spec = importlib.util.spec_from_file_location("regex_strategies", Path(__file__).with_name("regex_strategies.py"))
-regex_strategies = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(regex_strategies)
+
+
+def _helper(name: str):
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+doubles, regex_strategies = _helper("automaton_doubles"), _helper("regex_strategies")
 
 VOCAB = doubles.sample_vocabulary()
 
@@ -152,17 +156,9 @@ def test_budget_near_its_minimum_still_finishes_inside_it(name, slack):
     # The cost of a state is the fewer of a found completion's tokens and the bound's bytes:
     # tokens admitted by either must leave a way to finish.
     grammar = grammar_from_schema(SCHEMAS[name])
-    budget = Matcher(grammar, VOCAB).min_tokens_to_finish() + slack
-    rng = np.random.default_rng(slack)
-    matcher = Matcher(grammar, VOCAB, max_tokens=budget)
-    steps = 0
-    while not matcher.is_finished():
-        allowed = matcher.allowed_token_ids()
-        assert len(allowed), "a budgeted matcher never runs out of allowed tokens"
-        matcher.advance(int(rng.choice(allowed)))
-        steps += 1
-    assert steps <= budget + 1  # the closing end-of-sequence token is free
-    jsonschema.validate(json.loads(matcher.text_bytes()), SCHEMAS[name])
+    matcher = Matcher(grammar, VOCAB, max_tokens=Matcher(grammar, VOCAB).min_tokens_to_finish() + slack)
+    text = doubles.walk_randomly_inside_budget(matcher, np.random.default_rng(slack))
+    jsonschema.validate(json.loads(text), SCHEMAS[name])
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
