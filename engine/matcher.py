@@ -543,6 +543,7 @@ class _AutomatonTables:
     def __init__(self, vocab: TokenVocabulary) -> None:
         self.masks = MaskCache()
         self.costs: dict[int, int] = {}
+        self.cost_bounds: dict[int, int] = {}
         self._single_byte_tokens: int | None = None
         self.chain_groups: dict[int, Any] = {}
         self.successors: dict[tuple[int, str, bool], int | None] = {}
@@ -1168,6 +1169,12 @@ class Matcher(MatcherBase):
         return costs[config]
 
     def _cost_bound(self, config: int) -> int:
+        bound = self._tables.cost_bounds.get(config)
+        if bound is None:
+            bound = self._tables.cost_bounds[config] = self._compute_cost_bound(config)
+        return bound
+
+    def _compute_cost_bound(self, config: int) -> int:
         # A completion the automaton knows without a search, of bytes that are tokens by
         # themselves: the first byte's token leads to a configuration whose bound is one
         # less, so masks that admit tokens by this bound always leave a way to finish.
