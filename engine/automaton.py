@@ -769,7 +769,7 @@ class _Product:
         self._live: dict[tuple, bool] = {}
         self._masks: frozenset[int] | None = None
         self._move_memo: dict[tuple, tuple[np.ndarray, list[tuple]]] = {}
-        self._shortest: dict[tuple[tuple, int], float] = {}
+        self._shortest: dict[tuple[tuple, int], bytes | None] = {}
 
     def accepting(self, states: tuple) -> bool:
         return all(part.is_accepting(s) for part, s in zip(self.parts, states))
@@ -844,32 +844,44 @@ class _Product:
         return max(part.min_bytes_to_accept(s) for part, s in zip(self.parts, states))
 
     def shortest_bytes(self, states: tuple, spellable: int = ALL_BYTES_MASK) -> float:
-        """Bytes of a shortest string of the bytes in ``spellable`` (a 256-bit set) that
-        takes every operand from ``states`` to acceptance at once (breadth first), inf
-        when there is none or the search passes ``MAX_PRODUCT_STATES``."""
+        """Bytes of ``shortest_string``, inf when there is none."""
+        found = self.shortest_string(states, spellable)
+        return float("inf") if found is None else len(found)
+
+    def shortest_string(self, states: tuple, spellable: int = ALL_BYTES_MASK) -> bytes | None:
+        """A shortest string of the bytes in ``spellable`` (a 256-bit set) that takes every
+        operand from ``states`` to acceptance at once (breadth first), None when there is
+        none or the search passes ``MAX_PRODUCT_STATES``."""
         key = (states, spellable)
-        found = self._shortest.get(key)
-        if found is not None:
-            return found
-        found = float("inf")
+        if key in self._shortest:
+            return self._shortest[key]
+        found = None
         values = _bytes_in(spellable)
-        seen = {states}
+        reached_by: dict[tuple, tuple | None] = {states: None}
         frontier = [states]
-        distance = 0
-        while frontier and len(seen) <= MAX_PRODUCT_STATES:
-            if any(self.accepting(current) for current in frontier):
-                found = distance
+        while frontier and len(reached_by) <= MAX_PRODUCT_STATES:
+            done = next((current for current in frontier if self.accepting(current)), None)
+            if done is not None:
+                path = bytearray()
+                while reached_by[done] is not None:
+                    done, value = reached_by[done]
+                    path.append(value)
+                found = bytes(reversed(path))
                 break
             following = []
             for current in frontier:
                 index, successors = self._moves(current)
-                for found_index in np.unique(index[values]).tolist():
+                reached = index[values]
+                # Each distinct successor once, by the first of its bytes.
+                order = np.argsort(reached, kind="stable")
+                ordered = reached[order]
+                firsts = order[np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])]
+                for value, found_index in zip(values[firsts].tolist(), reached[firsts].tolist()):
                     nxt = successors[found_index] if found_index >= 0 else None
-                    if nxt is not None and nxt not in seen:
-                        seen.add(nxt)
+                    if nxt is not None and nxt not in reached_by:
+                        reached_by[nxt] = (current, value)
                         following.append(nxt)
             frontier = following
-            distance += 1
         self._shortest[key] = found
         return found
 
@@ -883,7 +895,7 @@ class _ReverseGraph:
     """Edges of an NFA pointing backwards, with the bytes each edge consumes.
 
     By default every path of the NFA is an edge path (counter bounds, exclusions and
-    intersections ignored), so distances are lower bounds. With ``iteration_bytes``
+    intersections ignored), so distances are lower bounds. With ``iterations``
     (``_counted_bodies``) only *realizable* edges are kept: plain bytes, epsilons, calls,
     a counted repetition entered for its minimum number of iterations and left from its
     hub, an intersection crossed along its shortest common string, each byte one of
@@ -892,7 +904,7 @@ class _ReverseGraph:
     """
 
     def __init__(
-        self, nfa: _Nfa, iteration_bytes: list[float] | None = None, spellable: int = 0
+        self, nfa: _Nfa, iterations: list[bytes | None] | None = None, spellable: int = 0
     ) -> None:
         kind, out, arg = nfa.kind, nfa.out, nfa.arg
         n = len(kind)
@@ -902,8 +914,8 @@ class _ReverseGraph:
         self.rule_starting_at = {start: index for index, start in enumerate(nfa.rule_start)}
         self.ends = [p for p in range(n) if kind[p] == _END or kind[p] == _ACCEPT]
         predecessors = self.predecessors
-        if iteration_bytes is not None:
-            self._add_realizable_edges(nfa, iteration_bytes, spellable)
+        if iterations is not None:
+            self._add_realizable_edges(nfa, iterations, spellable)
             return
         for p in range(n):
             k = kind[p]
@@ -922,7 +934,7 @@ class _ReverseGraph:
                 self.calls_returning_to[out[p]].append(p)
                 self.calls_of_rule[arg[p]].append(p)
 
-    def _add_realizable_edges(self, nfa: _Nfa, iteration_bytes: list[float], spellable: int) -> None:
+    def _add_realizable_edges(self, nfa: _Nfa, iterations: list[bytes | None], spellable: int) -> None:
         kind, out, arg, mask = nfa.kind, nfa.out, nfa.arg, nfa.mask
         predecessors = self.predecessors
         for p in range(len(kind)):
@@ -935,9 +947,9 @@ class _ReverseGraph:
                     predecessors[out[p]].append((p, 1))
             elif k == _COUNT_ENTER:
                 # Entering reads the minimum number of iterations before it may leave.
-                low = nfa.counters[arg[p]][0]
-                if low == 0 or iteration_bytes[arg[p]] < float("inf"):
-                    predecessors[out[p][1]].append((p, low * iteration_bytes[arg[p]] if low else 0))
+                low, iteration = nfa.counters[arg[p]][0], iterations[arg[p]]
+                if low == 0 or iteration is not None:
+                    predecessors[out[p][1]].append((p, low * len(iteration) if low else 0))
             elif k == _COUNT_HUB:
                 # Leaving is allowed once the minimum is done; items in the body add
                 # the iterations they still owe (``ByteAutomaton._compute_completion_bound``).
@@ -954,13 +966,13 @@ class _ReverseGraph:
                 self.calls_of_rule[arg[p]].append(p)
 
 
-def _counted_bodies(nfa: _Nfa, spellable: int) -> tuple[dict[int, int], list[float]]:
-    """(body position -> its counted repetition, bytes of one iteration along each
-    repetition's shortest body path of ``spellable`` bytes; inf where a body holds
+def _counted_bodies(nfa: _Nfa, spellable: int) -> tuple[dict[int, int], list[bytes | None]]:
+    """(body position -> its counted repetition, the bytes of one iteration along each
+    repetition's shortest body path of ``spellable`` bytes; None where a body holds
     anything but bytes and epsilons)."""
     kind, out, mask = nfa.kind, nfa.out, nfa.mask
     body_of: dict[int, int] = {}
-    minimums: list[float] = [float("inf")] * len(nfa.counters)
+    iterations: list[bytes | None] = [None] * len(nfa.counters)
     for p in range(len(kind)):
         if kind[p] != _COUNT_ENTER:
             continue
@@ -968,8 +980,9 @@ def _counted_bodies(nfa: _Nfa, spellable: int) -> tuple[dict[int, int], list[flo
         entry = out[p][0]
         # 0-1 breadth-first search from the body's entry to its hub.
         distance = {entry: 0}
+        reached_by: dict[int, tuple[int, int]] = {}
         queue = [(0, entry)]
-        shortest, plain = float("inf"), True
+        hub, plain = None, True
         while queue:
             d, q = heapq.heappop(queue)
             if d > distance.get(q, d):
@@ -977,25 +990,36 @@ def _counted_bodies(nfa: _Nfa, spellable: int) -> tuple[dict[int, int], list[flo
             k = kind[q]
             if k == _COUNT_HUB:
                 if nfa.arg[q] == counter:
-                    shortest = min(shortest, d)
+                    hub = q
                     continue
                 plain = False
                 continue
             body_of[q] = counter
             if k == _BYTE:
-                moves = ((out[q], d + 1),) if mask[q] & spellable else ()
+                moves = ((out[q], d + 1, _lowest_byte(mask[q] & spellable)),) if mask[q] & spellable else ()
             elif k == _EPS:
-                moves = tuple((target, d) for target in out[q])
+                moves = tuple((target, d, -1) for target in out[q])
             else:
                 plain = False
                 continue
-            for target, nd in moves:
+            for target, nd, value in moves:
                 if nd < distance.get(target, float("inf")):
                     distance[target] = nd
+                    reached_by[target] = (q, value)
                     heapq.heappush(queue, (nd, target))
-        if plain:
-            minimums[counter] = shortest
-    return body_of, minimums
+        if plain and hub is not None:
+            path = bytearray()
+            current = hub
+            while current != entry:
+                current, value = reached_by[current]
+                if value >= 0:
+                    path.append(value)
+            iterations[counter] = bytes(reversed(path))
+    return body_of, iterations
+
+
+def _lowest_byte(byte_set: int) -> int:
+    return (byte_set & -byte_set).bit_length() - 1
 
 
 class _RealizableDistances:
@@ -1004,10 +1028,16 @@ class _RealizableDistances:
 
     def __init__(self, nfa: _Nfa, spellable: int) -> None:
         self.spellable = spellable
-        self.body_of, self.iteration_bytes = _counted_bodies(nfa, spellable)
-        self.dist = _distances_to_ends(nfa, _ReverseGraph(nfa, self.iteration_bytes, spellable))
+        self.body_of, self.iterations = _counted_bodies(nfa, spellable)
+        # The position each one's shortest path goes on to: the static paths themselves.
+        self.via: list[int] = [-1] * len(nfa.kind)
+        self.dist = _distances_to_ends(nfa, _ReverseGraph(nfa, self.iterations, spellable), self.via)
         self.continuation: dict = {}
+        # Configuration -> {(rule, watch): (return position, what follows it)}: the caller
+        # each continuation's cost came from (``ByteAutomaton._continuation_table``).
+        self.continuation_from: dict = {}
         self.bounds: dict[int, float] = {}
+        self.rule_paths: dict[int, bytes | None] = {}
 
 
 @lru_cache(maxsize=16)
@@ -1015,12 +1045,13 @@ def _bytes_in(byte_set: int) -> np.ndarray:
     return np.array([value for value in range(256) if byte_set >> value & 1], dtype=np.intp)
 
 
-def _distances_to_ends(nfa: _Nfa, graph: _ReverseGraph) -> list[float]:
+def _distances_to_ends(nfa: _Nfa, graph: _ReverseGraph, via: list[int] | None = None) -> list[float]:
     """Bytes from each NFA position to the end of its rule along ``graph``'s edges.
 
     One Dijkstra pass backwards from rule ends; a call edge costs the callee's own
     minimum, which is final once the callee's start position is settled (Knuth's
-    generalisation of Dijkstra to grammars), so no outer fixpoint is needed.
+    generalisation of Dijkstra to grammars), so no outer fixpoint is needed. ``via``, when
+    given, receives the position each position's shortest path goes on to.
     """
     inf = float("inf")
     dist = [inf] * len(nfa.kind)
@@ -1045,6 +1076,8 @@ def _distances_to_ends(nfa: _Nfa, graph: _ReverseGraph) -> list[float]:
         for p, nd in candidates:
             if nd < dist[p]:
                 dist[p] = nd
+                if via is not None:
+                    via[p] = q
                 heapq.heappush(heap, (nd, p))
     return dist
 
@@ -2091,48 +2124,141 @@ class ByteAutomaton:
         intersections; ``any!`` and ``except!`` are not followed), inf when no item's way
         is known. Cheap: static distances, no search but the shortest strings of
         intersections."""
-        tables = self._realizable.get(spellable)
-        if tables is None:
-            tables = self._realizable[spellable] = _RealizableDistances(self._nfa, spellable)
+        tables = self._realizable_tables(spellable)
         found = tables.bounds.get(config)
         if found is None:
             found = tables.bounds[config] = self._compute_completion_bound(config, tables)
         return found
 
+    def _realizable_tables(self, spellable: int) -> "_RealizableDistances":
+        tables = self._realizable.get(spellable)
+        if tables is None:
+            tables = self._realizable[spellable] = _RealizableDistances(self._nfa, spellable)
+        return tables
+
     def _compute_completion_bound(self, config: int, tables: "_RealizableDistances") -> float:
+        found = self._bound_item(config, tables)
+        return float("inf") if found is None else found[0]
+
+    def _bound_item(self, config: int, tables: "_RealizableDistances") -> tuple | None:
+        """(bound, item, iterations it owes) of the item of ``config`` the bound follows, or None."""
         if config < 0:
-            return float("inf")
-        dist, body_of, iteration_bytes = tables.dist, tables.body_of, tables.iteration_bytes
+            return None
+        dist, body_of, iterations = tables.dist, tables.body_of, tables.iterations
         nfa = self._nfa
         owner, counters = nfa.owner, nfa.counters
         kind, out, arg = nfa.kind, nfa.out, nfa.arg
-        best = float("inf")
-        for p, o, w, t in self._configs[config]:
+        best = None
+        for item in self._configs[config]:
+            p, o, w, t = item
             if w is not None:
                 continue
+            owed = 0
             if kind[p] == _ISECT:
                 cost = dist[arg[p]] + nfa.intersections[out[p]].shortest_bytes(t, tables.spellable)
-                t = None
             else:
                 cost = dist[p]
-            if cost >= best:
+                if t is not None:
+                    counter = body_of.get(p) if type(t) is int else None
+                    if counter is None:
+                        continue
+                    # ``t`` iterations are done and this one is under way.
+                    owed = max(counters[counter][0] - t - 1, 0)
+                    if owed:
+                        iteration = iterations[counter]
+                        cost += float("inf") if iteration is None else owed * len(iteration)
+            if best is not None and cost >= best[0]:
                 continue
-            if t is not None:
-                counter = body_of.get(p) if type(t) is int else None
-                if counter is None:
-                    continue
-                # ``t`` iterations are done and this one is under way.
-                owed = counters[counter][0] - t - 1
-                if owed > 0:
-                    cost += owed * iteration_bytes[counter]
             if o is not None:
                 if o[1] is not None:
                     continue
                 origin_config = config if o[0] == SELF else o[0]
-                table = self._continuation_table(origin_config, tables.continuation, dist, realizable=True)
+                table = self._continuation_table(
+                    origin_config, tables.continuation, dist, realizable=True, parents=tables.continuation_from
+                )
                 cost += table.get((owner[p], None), float("inf"))
-            best = min(best, cost)
+            if cost < float("inf") and (best is None or cost < best[0]):
+                best = (cost, item, owed)
         return best
+
+    def bound_completion(self, config: int, spellable: int = ALL_BYTES_MASK) -> bytes | None:
+        """A completion of ``config`` as long as ``completion_bound`` says, spelled with the
+        bytes in ``spellable``: the static path the bound follows, without a search; None
+        when the bound is inf."""
+        tables = self._realizable_tables(spellable)
+        found = self._bound_item(config, tables)
+        if found is None:
+            return None
+        _cost, (p, o, _w, t), owed = found
+        nfa = self._nfa
+        path = bytearray()
+        start = p
+        if nfa.kind[p] == _ISECT:
+            path += nfa.intersections[nfa.out[p]].shortest_string(t, spellable)
+            start = nfa.arg[p]
+        end = self._static_path(start, tables, path, owed)
+        # Back in each caller, along the continuations the bound added up.
+        following = None if o is None else ("config", config if o[0] == SELF else o[0], (nfa.owner[p], None))
+        current = config
+        while following is not None and end is not None:
+            if following[0] == "config":
+                current = following[1]
+            ret, following = tables.continuation_from[current][following[-1]]
+            end = self._static_path(ret, tables, path)
+        return None if end is None else bytes(path)
+
+    def _static_path(self, p: int, tables: "_RealizableDistances", path: bytearray, owed: int = 0) -> int | None:
+        """Append the bytes of ``p``'s shortest realizable path to the end of its rule (with
+        ``owed`` more iterations of the first counted repetition it leaves); returns the
+        end position reached, None where the path is not known."""
+        nfa = self._nfa
+        kind, out, arg, mask = nfa.kind, nfa.out, nfa.arg, nfa.mask
+        via, spellable = tables.via, tables.spellable
+        while True:
+            k = kind[p]
+            if k == _END or k == _ACCEPT:
+                return p
+            if k == _BYTE:
+                if not mask[p] & spellable:
+                    return None
+                path.append(_lowest_byte(mask[p] & spellable))
+                p = out[p]
+            elif k == _EPS or k == _ISECT_ENTER:
+                p = via[p]
+            elif k == _COUNT_HUB:
+                if owed:
+                    path += tables.iterations[arg[p]] * owed
+                    owed = 0
+                p = out[p][1]
+            elif k == _COUNT_ENTER:
+                low = nfa.counters[arg[p]][0]
+                if low:
+                    path += tables.iterations[arg[p]] * low
+                p = out[p][1]
+            elif k == _ISECT:
+                product = nfa.intersections[out[p]]
+                common = product.shortest_string(product.initial, spellable)
+                if common is None:
+                    return None
+                path += common
+                p = arg[p]
+            elif k == _CALL:
+                if self._rule_path(arg[p], tables) is None:
+                    return None
+                path += tables.rule_paths[arg[p]]
+                p = out[p]
+            else:
+                return None
+            if p < 0:
+                return None
+
+    def _rule_path(self, rule: int, tables: "_RealizableDistances") -> bytes | None:
+        if rule not in tables.rule_paths:
+            # A rule's shortest path calls only rules settled before it: no recursion loops.
+            path = bytearray()
+            end = self._static_path(self._nfa.rule_start[rule], tables, path)
+            tables.rule_paths[rule] = None if end is None else bytes(path)
+        return tables.rule_paths[rule]
 
     def _lower_bound(self, config: int) -> float:
         return self._bound_and_byte(config)[0]
@@ -2166,10 +2292,15 @@ class ByteAutomaton:
                 best_byte = (mask[p] & -mask[p]).bit_length() - 1 if kind[p] == _BYTE and mask[p] else -1
         return best, best_byte
 
-    def _continuation_table(self, config: int, memo: dict, dist, *, realizable: bool = False) -> dict:
+    def _continuation_table(
+        self, config: int, memo: dict, dist, *, realizable: bool = False, parents: dict | None = None
+    ) -> dict:
         """Lower bounds on the bytes needed after rule ``(rule, call_watch)`` returns to ``config``
         (with ``realizable``, the realizable distances of ``completion_bound``: only
-        callers without a watch or a repetition count, which finish as ``dist`` says).
+        callers without a watch or a repetition count, which finish as ``dist`` says;
+        ``parents`` then receives, per configuration and key, the return position each
+        cost came from and what follows it: None (the top level), ``("config", origin,
+        key)`` or ``("same", key)``, the key of a caller in the configuration itself).
 
         Origins always name older configurations (smaller ids) or the configuration
         itself, so tables are built oldest first without recursion, and the
@@ -2194,6 +2325,7 @@ class ByteAutomaton:
         for current in sorted(needed):
             best: dict = {}
             internal: dict = {}
+            came_from: dict = {}
             for key, entries in (self._callers[current] or {}).items():
                 if realizable and key[1] is not None:
                     continue
@@ -2201,14 +2333,16 @@ class ByteAutomaton:
                     if realizable and (t is not None or (o is not None and o[1] is not None)):
                         continue
                     if o is None:
-                        base = dist[ret]
+                        base, following = dist[ret], None
                     elif o[0] == current:
-                        internal.setdefault((owner[ret], o[1]), []).append((key, dist[ret]))
+                        internal.setdefault((owner[ret], o[1]), []).append((key, dist[ret], ret))
                         continue
                     else:
-                        base = dist[ret] + memo[o[0]].get((owner[ret], o[1]), inf)
+                        following = ("config", o[0], (owner[ret], o[1]))
+                        base = dist[ret] + memo[o[0]].get(following[2], inf)
                     if base < best.get(key, inf):
                         best[key] = base
+                        came_from[key] = (ret, following)
             heap = [(cost, index, key) for index, (key, cost) in enumerate(best.items())]
             heapq.heapify(heap)
             counter = len(heap)
@@ -2218,12 +2352,15 @@ class ByteAutomaton:
                 if key in done:
                     continue
                 done.add(key)
-                for dependent, step in internal.get(key, ()):
+                for dependent, step, ret in internal.get(key, ()):
                     if cost + step < best.get(dependent, inf):
                         best[dependent] = cost + step
+                        came_from[dependent] = (ret, ("same", key))
                         counter += 1
                         heapq.heappush(heap, (cost + step, counter, dependent))
             memo[current] = best
+            if parents is not None:
+                parents[current] = came_from
         return memo[config]
 
     def _search_successors(self, config: int) -> tuple:

@@ -35,8 +35,9 @@ complete an item pay for it.
 
 Token budget (``max_tokens``). ``min_tokens_to_finish`` is the length of a concrete
 token path to an accepting configuration: take a short byte completion (the automaton's
-``completion``: a shortest one where its lower bound leads the way or the exact search
-finds one quickly), then the
+``bound_completion``, the static path of its completion bound, else its ``completion``:
+a shortest one where its lower bound leads the way or the exact search finds one
+quickly), then the
 longest token that spells its start, the longest that spells what follows, and so on.
 The path is always available, so a mask that drops every token after which this count
 exceeds the tokens left keeps a valid completion within reach at every step, and the
@@ -1192,6 +1193,13 @@ class Matcher(MatcherBase):
 
     def _completion(self, config: int) -> bytes | None:
         automaton = self.automaton
+        # The bound's own path, where there is one, needs no search; its greedy tokens are
+        # never more than the bound.
+        bound_completion = getattr(automaton, "bound_completion", None)
+        if bound_completion is not None and not self._hooks and self._tables.single_byte_tokens:
+            found = bound_completion(config, self._tables.single_byte_tokens)
+            if found is not None:
+                return found
         search = getattr(automaton, "completion", automaton.shortest_completion)
         try:
             return search(config)

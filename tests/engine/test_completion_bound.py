@@ -64,6 +64,21 @@ SCHEMAS = {
         },
         "$ref": "#/$defs/node",
     },
+    "thread": {
+        "$defs": {
+            "comment": {
+                "type": "object",
+                "properties": {
+                    "author": {"type": "string"},
+                    "score": {"type": "integer"},
+                    "replies": {"type": "array", "items": {"$ref": "#/$defs/comment"}},
+                },
+                "required": ["author"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/comment",
+    },
     "choices": {
         "anyOf": [
             {"type": "array", "items": {"type": "integer"}, "minItems": 2},
@@ -207,3 +222,53 @@ def test_bound_spells_only_bytes_that_are_tokens_by_themselves():
         Matcher(Grammar.from_regex("a|bb"), vocab, max_tokens=1)
     matcher = Matcher(Grammar.from_regex("a|bb"), vocab, max_tokens=2)
     assert matcher.allowed_token_ids().tolist() == [1]
+
+
+def _check_bound_completion(automaton, config: int) -> None:
+    bound = automaton.completion_bound(config)
+    completion = automaton.bound_completion(config)
+    if bound == float("inf"):
+        assert completion is None
+        return
+    assert len(completion) == bound
+    assert automaton.is_accepting(automaton.step_bytes(config, completion))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(regex_strategies.regexes, st.lists(st.integers(0, 255), max_size=8))
+def test_bound_completion_of_a_regex_finishes_in_the_bound(patterns, choices):
+    try:
+        automaton = Grammar.from_regex(patterns[0]).automaton
+    except GrammarError:
+        assume(False)  # a language without any string ([^\d\D])
+    _check_bound_completion(automaton, _random_config(automaton, choices))
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(choices=st.lists(st.integers(0, 255), max_size=60))
+def test_bound_completion_of_a_schema_finishes_in_the_bound(name, choices):
+    automaton = grammar_from_schema(SCHEMAS[name]).automaton
+    _check_bound_completion(automaton, _random_config(automaton, choices))
+
+
+NESTED = {
+    "recursive": {"name": "a", "children": [{"name": "b", "children": [{"name": "c", "children": []}]}, {"name": "d", "children": []}]},
+    "thread": {"author": "kim", "score": 3, "replies": [{"author": "lee", "replies": [{"author": "x", "score": 1}]}, {"author": "ola"}]},
+}
+
+
+@pytest.mark.parametrize("property_order", ["schema", "any"])
+@pytest.mark.parametrize("name", sorted(NESTED))
+def test_bound_completion_returns_through_nested_callers(name, property_order):
+    # Inside nested calls the bound adds up the callers' continuations; its path must
+    # climb back out through each of them (in any order, also through callers in the
+    # same configuration: a property may come after the nested one).
+    automaton = grammar_from_schema(SCHEMAS[name], property_order=property_order).automaton
+    config = automaton.initial
+    document = json.dumps(NESTED[name], separators=(",", ":")).encode()
+    for value in document:
+        _check_bound_completion(automaton, config)
+        assert automaton.completion_bound(config) >= automaton.min_bytes_to_accept(config)
+        config = automaton.step(config, value)
+    assert automaton.is_accepting(config)
