@@ -21,7 +21,6 @@ from surecall.engine.matcher import DEAD, Matcher
 from surecall.engine.vocab import TokenVocabulary
 
 
-
 def _helper(name: str):
     spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
@@ -115,6 +114,16 @@ def _check_bound_leads_to_acceptance(automaton, config: int) -> None:
     assert automaton.completion_bound(config) == 0
 
 
+def _check_bound_completion(automaton, config: int) -> None:
+    bound = automaton.completion_bound(config)
+    completion = automaton.bound_completion(config)
+    if bound == float("inf"):
+        assert completion is None
+        return
+    assert len(completion) == bound
+    assert automaton.is_accepting(automaton.step_bytes(config, completion))
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(regex_strategies.regexes, st.lists(st.integers(0, 255), max_size=8))
 def test_bound_of_a_regex_is_a_completion(patterns, choices):
@@ -125,6 +134,7 @@ def test_bound_of_a_regex_is_a_completion(patterns, choices):
     config = _random_config(automaton, choices)
     # Regular languages without except! or any!: every item's way is known.
     assert automaton.completion_bound(config) < float("inf")
+    _check_bound_completion(automaton, config)
     _check_bound_leads_to_acceptance(automaton, config)
 
 
@@ -133,7 +143,9 @@ def test_bound_of_a_regex_is_a_completion(patterns, choices):
 @given(choices=st.lists(st.integers(0, 255), max_size=60))
 def test_bound_of_a_schema_is_a_completion(name, choices):
     automaton = grammar_from_schema(SCHEMAS[name]).automaton
-    _check_bound_leads_to_acceptance(automaton, _random_config(automaton, choices))
+    config = _random_config(automaton, choices)
+    _check_bound_completion(automaton, config)
+    _check_bound_leads_to_acceptance(automaton, config)
 
 
 def test_bound_counts_the_iterations_a_counted_repetition_owes():
@@ -191,9 +203,9 @@ def test_tight_budget_masks_hold_exactly_the_tokens_advance_takes(name):
 
 
 def test_cost_is_the_bound_where_the_found_completion_is_longer(monkeypatch):
-    # The weighted search dives into the twenty digits (22 bytes) while the letters finish in
-    # 16: a budget of 16 must admit the opening quote, in the mask (whose costs are read per
-    # token, as the token '"1' is too long for the bound) as when advancing.
+    # The weighted search would dive into the twenty digits (22 bytes) while the letters
+    # finish in 16: a budget of 16 must admit the opening quote, in the mask (whose costs
+    # are read per token, as the token '"1' is too long for the bound) as when advancing.
     monkeypatch.setattr(automaton_module, "EXACT_COMPLETION_EXPANSIONS", 0)
     schema = {"anyOf": [{"type": "string", "pattern": "^[0-9]{20}$"}, {"type": "string", "pattern": "^abcdefghijklmn$"}]}
     grammar = grammar_from_schema(schema)
@@ -222,34 +234,6 @@ def test_bound_spells_only_bytes_that_are_tokens_by_themselves():
         Matcher(Grammar.from_regex("a|bb"), vocab, max_tokens=1)
     matcher = Matcher(Grammar.from_regex("a|bb"), vocab, max_tokens=2)
     assert matcher.allowed_token_ids().tolist() == [1]
-
-
-def _check_bound_completion(automaton, config: int) -> None:
-    bound = automaton.completion_bound(config)
-    completion = automaton.bound_completion(config)
-    if bound == float("inf"):
-        assert completion is None
-        return
-    assert len(completion) == bound
-    assert automaton.is_accepting(automaton.step_bytes(config, completion))
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(regex_strategies.regexes, st.lists(st.integers(0, 255), max_size=8))
-def test_bound_completion_of_a_regex_finishes_in_the_bound(patterns, choices):
-    try:
-        automaton = Grammar.from_regex(patterns[0]).automaton
-    except GrammarError:
-        assume(False)  # a language without any string ([^\d\D])
-    _check_bound_completion(automaton, _random_config(automaton, choices))
-
-
-@pytest.mark.parametrize("name", sorted(SCHEMAS))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(choices=st.lists(st.integers(0, 255), max_size=60))
-def test_bound_completion_of_a_schema_finishes_in_the_bound(name, choices):
-    automaton = grammar_from_schema(SCHEMAS[name]).automaton
-    _check_bound_completion(automaton, _random_config(automaton, choices))
 
 
 NESTED = {
