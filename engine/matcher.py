@@ -1165,6 +1165,8 @@ class Matcher(MatcherBase):
             current, position = following
         value = costs[current]
         for earlier in reversed(chain):
+            # Never more than the bound, which ``_fits`` reads first, so that masks and
+            # ``advance`` agree (a completion walked on from an earlier state may be longer).
             value = min(UNREACHABLE, value + 1, self._cost_bound(earlier))
             costs[earlier] = value
         return costs[config]
