@@ -55,6 +55,7 @@ import numpy as np
 
 from . import native
 from .errors import GrammarError
+from .gc_pause import collector_paused
 from .ir import (
     MAX_CODE_POINT,
     Alt,
@@ -937,14 +938,19 @@ class _ReverseGraph:
     def _add_realizable_edges(self, nfa: _Nfa, iterations: list[bytes | None], spellable: int) -> None:
         kind, out, arg, mask = nfa.kind, nfa.out, nfa.arg, nfa.mask
         predecessors = self.predecessors
-        for p in range(len(kind)):
-            k = kind[p]
-            if k == _EPS:
+        # Byte sets repeat across positions (a schema's classes): each is tested once.
+        spells: dict[int, bool] = {}
+        for p, k in enumerate(kind):
+            if k == _BYTE:
+                byte_set = mask[p]
+                found = spells.get(byte_set)
+                if found is None:
+                    found = spells[byte_set] = bool(byte_set & spellable)
+                if found:
+                    predecessors[out[p]].append((p, 1))
+            elif k == _EPS:
                 for q in out[p]:
                     predecessors[q].append((p, 0))
-            elif k == _BYTE:
-                if mask[p] & spellable:
-                    predecessors[out[p]].append((p, 1))
             elif k == _COUNT_ENTER:
                 # Entering reads the minimum number of iterations before it may leave.
                 low, iteration = nfa.counters[arg[p]][0], iterations[arg[p]]
@@ -1028,10 +1034,11 @@ class _RealizableDistances:
 
     def __init__(self, nfa: _Nfa, spellable: int) -> None:
         self.spellable = spellable
-        self.body_of, self.iterations = _counted_bodies(nfa, spellable)
         # The position each one's shortest path goes on to: the static paths themselves.
         self.via: list[int] = [-1] * len(nfa.kind)
-        self.dist = _distances_to_ends(nfa, _ReverseGraph(nfa, self.iterations, spellable), self.via)
+        with collector_paused():
+            self.body_of, self.iterations = _counted_bodies(nfa, spellable)
+            self.dist = _distances_to_ends(nfa, _ReverseGraph(nfa, self.iterations, spellable), self.via)
         self.continuation: dict = {}
         # Configuration -> {(rule, watch): (return position, what follows it)}: the caller
         # each continuation's cost came from (``ByteAutomaton._continuation_table``).
@@ -2114,7 +2121,8 @@ class ByteAutomaton:
         """Static lower bounds: bytes from each NFA position to the end of its rule (``_distances_to_ends``)."""
         if self._heuristic_data is None:
             nfa = self._nfa
-            self._heuristic_data = (_distances_to_ends(nfa, nfa.reverse_graph()), {})
+            with collector_paused():
+                self._heuristic_data = (_distances_to_ends(nfa, nfa.reverse_graph()), {})
         return self._heuristic_data
 
     def completion_bound(self, config: int, spellable: int = ALL_BYTES_MASK) -> float:

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .automaton import ByteAutomaton, build_nfa, utf8_sequences
+from .gc_pause import collector_paused
 from .errors import GrammarError
 from .ir import Alt, AnyToken, Bytes, ByteSet, CharSet, Except, Intersect, Node, Ref, Repeat, Seq
 
@@ -30,7 +31,8 @@ def _cached_automaton(key, rules: dict[str, Node], start: str, text_mode: bool) 
         if found is not None:
             _cache.move_to_end(cache_key)
             return found
-    automaton = ByteAutomaton(build_nfa(rules, start), text_mode=text_mode)
+    with collector_paused():
+        automaton = ByteAutomaton(build_nfa(rules, start), text_mode=text_mode)
     with _cache_lock:
         _cache[cache_key] = automaton
         while len(_cache) > AUTOMATON_CACHE_SIZE:

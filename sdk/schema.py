@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 from urllib.parse import unquote, urldefrag, urljoin
 
 from surecall.engine.errors import GrammarError
+from surecall.engine.gc_pause import collector_paused
 from surecall.engine.grammar import Grammar
 from surecall.engine.ir import (
     EMPTY,
@@ -186,10 +187,11 @@ def translate_schema(schema: Any, *, whitespace: str = "compact", lenient: bool 
     json_schema = to_json_schema(schema)
     translator = _Translator(json_schema, whitespace=whitespace, lenient=lenient, property_order=property_order)
     try:
-        start = translator.translate_root()
+        with collector_paused():  # thousands of grammar nodes: see collector_paused
+            start = translator.translate_root()
+            rules = _prune_unproductive({"start": start, **translator.rules})
     except RecursionError as error:
         raise UnsupportedSchemaError("schema", "#", "the schema nests too deeply to translate") from error
-    rules = _prune_unproductive({"start": start, **translator.rules})
     if "start" not in rules:
         raise UnsatisfiableSchemaError("schema", "#", "the schema admits no value")
     try:
