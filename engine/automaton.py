@@ -104,6 +104,8 @@ SHORT_COMPLETION_WEIGHT = 2
 MAX_PRODUCT_STATES = 20_000
 #: Every byte, as the 256-bit sets of bytes ``completion_bound`` spells with.
 ALL_BYTES_MASK = (1 << 256) - 1
+# The bytes of each such set met (one or two: every byte, a vocabulary's single-byte tokens).
+_SPELLABLE_SETS: dict[int, np.ndarray] = {}
 #: The byte ranges of every multi-byte UTF-8 character: lead bytes, then each continuation.
 _UTF8_FORMS = (
     ((0xC2, 0xDF), ((0x80, 0xBF),)),
@@ -857,7 +859,7 @@ class _Product:
         if key in self._shortest:
             return self._shortest[key]
         found = None
-        values = _bytes_in(spellable)
+        values = _bytes_of(spellable, _SPELLABLE_SETS)
         reached_by: dict[tuple, tuple | None] = {states: None}
         frontier = [states]
         while frontier and len(reached_by) <= MAX_PRODUCT_STATES:
@@ -1045,11 +1047,6 @@ class _RealizableDistances:
         self.continuation_from: dict = {}
         self.bounds: dict[int, float] = {}
         self.rule_paths: dict[int, bytes | None] = {}
-
-
-@lru_cache(maxsize=16)
-def _bytes_in(byte_set: int) -> np.ndarray:
-    return np.array([value for value in range(256) if byte_set >> value & 1], dtype=np.intp)
 
 
 def _distances_to_ends(nfa: _Nfa, graph: _ReverseGraph, via: list[int] | None = None) -> list[float]:
@@ -2297,7 +2294,7 @@ class ByteAutomaton:
             if cost < best or (cost == best and best_byte < 0):
                 best = cost
                 # A plain item's byte leads a step along a shortest path (see ``_dive``).
-                best_byte = (mask[p] & -mask[p]).bit_length() - 1 if kind[p] == _BYTE and mask[p] else -1
+                best_byte = _lowest_byte(mask[p]) if kind[p] == _BYTE else -1
         return best, best_byte
 
     def _continuation_table(
