@@ -545,22 +545,9 @@ class _AutomatonTables:
         self.masks = MaskCache()
         self.costs: dict[int, int] = {}
         self.cost_bounds: dict[int, int] = {}
-        self._single_byte_tokens: int | None = None
         self.chain_groups: dict[int, Any] = {}
         self.successors: dict[tuple[int, str, bool], int | None] = {}
         self.groups = group_tables_for(vocab)
-        self.vocab = vocab
-
-    @property
-    def single_byte_tokens(self) -> int:
-        """The bytes that are text tokens by themselves (a 256-bit set): a string of them
-        is spelled by as many tokens as it has bytes."""
-        if self._single_byte_tokens is None:
-            trie = self.vocab.trie
-            self._single_byte_tokens = sum(
-                1 << value for value in range(256) if (node := trie.child(0, value)) >= 0 and trie.has_tokens(node)
-            )
-        return self._single_byte_tokens
 
 
 _SHARED: "weakref.WeakKeyDictionary[Any, dict[str, _AutomatonTables]]" = weakref.WeakKeyDictionary()
@@ -1182,9 +1169,9 @@ class Matcher(MatcherBase):
         # themselves: the first byte's token leads to a configuration whose bound is one
         # less, so masks that admit tokens by this bound always leave a way to finish.
         completion_bound = getattr(self.automaton, "completion_bound", None)
-        if completion_bound is None or self._hooks or not self._tables.single_byte_tokens:
+        if completion_bound is None or self._hooks or not self.vocab.single_byte_tokens:
             return UNREACHABLE
-        bound = completion_bound(config, self._tables.single_byte_tokens)
+        bound = completion_bound(config, self.vocab.single_byte_tokens)
         return int(bound) if bound < UNREACHABLE else UNREACHABLE
 
     _bounds_tighten = True
@@ -1198,8 +1185,8 @@ class Matcher(MatcherBase):
         # The bound's own path, where there is one, needs no search; its greedy tokens are
         # never more than the bound.
         bound_completion = getattr(automaton, "bound_completion", None)
-        if bound_completion is not None and not self._hooks and self._tables.single_byte_tokens:
-            found = bound_completion(config, self._tables.single_byte_tokens)
+        if bound_completion is not None and not self._hooks and self.vocab.single_byte_tokens:
+            found = bound_completion(config, self.vocab.single_byte_tokens)
             if found is not None:
                 return found
         search = getattr(automaton, "completion", automaton.shortest_completion)

@@ -119,6 +119,7 @@ class TokenVocabulary:
         self.cache_root: Path | None = None
         self.normal_ids = np.sort(trie.token_ids).astype(np.int32)
         self._holding: dict = {}
+        self._single_byte_tokens: int | None = None
         self.eos_array = np.array(sorted(eos), dtype=np.int32)
         digest = hashlib.sha256(blob)
         digest.update(offsets.tobytes())
@@ -136,6 +137,17 @@ class TokenVocabulary:
 
     def __len__(self) -> int:
         return self.size
+
+    @property
+    def single_byte_tokens(self) -> int:
+        """The bytes that are text tokens by themselves (a 256-bit set): a string of them is
+        spelled by as many tokens as it has bytes."""
+        if self._single_byte_tokens is None:
+            trie = self.trie
+            self._single_byte_tokens = sum(
+                1 << value for value in range(256) if (node := trie.child(0, value)) >= 0 and trie.has_tokens(node)
+            )
+        return self._single_byte_tokens
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes the token stands for (for special tokens: their text; b"" past the table)."""
