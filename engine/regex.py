@@ -251,11 +251,18 @@ class _Parser:
         if ch == ".":
             return CharSet(((0x0A, 0x0A),), True), None
         if ch == "\\":
+            start = self.pos - 1
             ranges, negated, code_point = self.escape(in_class=False)
             if code_point is not None:
-                return literal(chr(code_point)), None
+                return self._literal(code_point, start), None
             return chars(ranges, negated), None
-        return literal(ch), None
+        return self._literal(ord(ch), self.pos - 1), None
+
+    def _literal(self, code_point: int, at: int) -> Node:
+        if 0xD800 <= code_point <= 0xDFFF:
+            # Text is matched as UTF-8, which has no encoding for a lone surrogate.
+            raise self.error("a surrogate code point, which UTF-8 cannot encode,", at)
+        return literal(chr(code_point))
 
     def group(self, at_start: bool, depth: int) -> tuple[Node, int | None]:
         start = self.pos - 1

@@ -154,14 +154,23 @@ def encode_text(text: str) -> Node:
     parts: list[Node] = []
     for run in _ESCAPABLE_RUNS.split(text):
         if _ESCAPABLE_RUNS.fullmatch(run):
-            parts.extend(encode_char_ranges([(ord(char), ord(char))]) for char in run)
+            parts.extend(_encode_char(char) for char in run)
         elif run:
             parts.append(literal(run))
     return seq(*parts)
 
 
-#: Runs of the characters with more than one JSON spelling (escapes), captured by ``split``.
-_ESCAPABLE_RUNS = re.compile(r'([\x00-\x1f"\\/]+)')
+#: Runs of the characters with more than one JSON spelling (escapes) or none in UTF-8 (lone
+#: surrogates), captured by ``split``.
+_ESCAPABLE_RUNS = re.compile(r'([\x00-\x1f"\\/\ud800-\udfff]+)')
+
+
+def _encode_char(char: str) -> Node:
+    code = ord(char)
+    if _SURROGATES[0] <= code <= _SURROGATES[1]:
+        # A lone surrogate (a JSON text may escape one) has no UTF-8 form: only its escape spells it.
+        return seq("\\u", *(_hex_digit(int(digit, 16)) for digit in f"{code:04x}"))
+    return encode_char_ranges([(code, code)])
 
 
 def encode_regular(node: Node) -> Node:

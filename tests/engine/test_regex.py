@@ -129,6 +129,17 @@ def test_malformed_patterns(pattern, fragment):
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    "pattern, position", [(r"\uDD00", 0), ("a|\\U0000D800", 2), ("x\udc80", 1), (r"(a\ud83d)", 2)]
+)
+def test_surrogate_code_points_are_refused_where_they_stand(pattern, position):
+    # Python's re matches a lone surrogate in a str; UTF-8 text cannot hold one.
+    with pytest.raises(GrammarError) as info:
+        regex_to_ir(pattern)
+    assert "surrogate" in str(info.value)
+    assert info.value.column == position + 1
+
+
 def test_regex_grammar_is_a_dfa():
     grammar = Grammar.from_regex(r"[a-z]+(\.[a-z]+)*@example\.com")
     assert not grammar.automaton._nfa.has_calls

@@ -376,6 +376,24 @@ def test_string_constants_accept_every_json_spelling_of_the_text(text):
     assert not grammar.accepts(json.dumps(text + "x", ensure_ascii=False))
 
 
+def _escaping_surrogates(text: str, hex_format: str) -> str:
+    return '"' + "".join(("\\u" + format(ord(c), hex_format)) if 0xD800 <= ord(c) <= 0xDFFF else c for c in text) + '"'
+
+
+@pytest.mark.parametrize("text", ["\ud800", "a\udc00b", "\ud83d\u00e9"])
+def test_lone_surrogates_in_constants_and_keys_are_spelled_by_their_escapes(text):
+    # A JSON text may escape a lone surrogate, which UTF-8 cannot hold raw: the escape is
+    # its one spelling, in either case of hex digits.
+    lower, upper = _escaping_surrogates(text, "04x"), _escaping_surrogates(text, "04X")
+    assert json.loads(lower) == json.loads(upper) == text
+    for schema in ({"const": text}, {"enum": [text, "other"]}):
+        grammar = grammar_from_schema(schema)
+        assert grammar.accepts(lower) and grammar.accepts(upper)
+        assert not grammar.accepts(_escaping_surrogates(text + "x", "04x"))
+    keyed = grammar_from_schema({"type": "object", "properties": {text: {"const": 1}}, "required": [text]})
+    assert keyed.accepts("{" + lower + ":1}")
+
+
 _KEY_ALPHABET = st.sampled_from(list("ab/é\"\\\n€😀"))
 
 
