@@ -1164,14 +1164,24 @@ class Matcher(MatcherBase):
             bound = self._tables.cost_bounds[config] = self._compute_cost_bound(config)
         return bound
 
+    def _bound_bytes(self, method: str):
+        """(the automaton's ``method``, the bytes its bound may spell), or None where bounds do
+        not apply: token hooks change states between tokens, and a bound is a token count
+        only over bytes that are tokens by themselves."""
+        found = getattr(self.automaton, method, None)
+        if found is None or self._hooks or not self.vocab.single_byte_tokens:
+            return None
+        return found, self.vocab.single_byte_tokens
+
     def _compute_cost_bound(self, config: int) -> int:
         # A completion the automaton knows without a search, of bytes that are tokens by
         # themselves: the first byte's token leads to a configuration whose bound is one
         # less, so masks that admit tokens by this bound always leave a way to finish.
-        completion_bound = getattr(self.automaton, "completion_bound", None)
-        if completion_bound is None or self._hooks or not self.vocab.single_byte_tokens:
+        applies = self._bound_bytes("completion_bound")
+        if applies is None:
             return UNREACHABLE
-        bound = completion_bound(config, self.vocab.single_byte_tokens)
+        completion_bound, spellable = applies
+        bound = completion_bound(config, spellable)
         return int(bound) if bound < UNREACHABLE else UNREACHABLE
 
     _bounds_tighten = True
@@ -1184,9 +1194,10 @@ class Matcher(MatcherBase):
         automaton = self.automaton
         # The bound's own path, where there is one, needs no search; its greedy tokens are
         # never more than the bound.
-        bound_completion = getattr(automaton, "bound_completion", None)
-        if bound_completion is not None and not self._hooks and self.vocab.single_byte_tokens:
-            found = bound_completion(config, self.vocab.single_byte_tokens)
+        applies = self._bound_bytes("bound_completion")
+        if applies is not None:
+            bound_completion, spellable = applies
+            found = bound_completion(config, spellable)
             if found is not None:
                 return found
         search = getattr(automaton, "completion", automaton.shortest_completion)
