@@ -7,6 +7,7 @@ from importlib import import_module
 
 _EXPORTS = {
     "Grammar": "grammar",
+    "CheckedGrammar": "grammar",
     "GrammarError": "errors",
     "UnsupportedRegexError": "errors",
     "TokenBudgetError": "errors",

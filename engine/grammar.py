@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from threading import Lock
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from .automaton import ByteAutomaton, build_nfa, utf8_sequences
 from .gc_pause import collector_paused
@@ -251,3 +251,23 @@ class Grammar:
                 if hasattr(self, name):
                     extra[name] = getattr(self, name)
         return (_rebuild_grammar, (type(self), dict(self._rules), self._start, extra))
+
+
+class CheckedGrammar(Grammar):
+    """A :class:`Grammar` with a run-time ``text_check`` (or None): a stateful condition on
+    the text that no grammar can express (see docs/grammars.md). The matcher masks the
+    tokens the check refuses, and :meth:`accepts` applies it to whole texts."""
+
+    __slots__ = ("text_check",)
+
+    def __init__(self, rules: Mapping[str, Node], start: str = "start", *, text_check: Any = None) -> None:
+        super().__init__(rules, start)
+        object.__setattr__(self, "text_check", text_check)
+
+    def accepts(self, text: str | bytes) -> bool:
+        if not super().accepts(text):
+            return False
+        check = getattr(self, "text_check", None)
+        if check is None:
+            return True
+        return check.accepts(text.encode("utf-8") if isinstance(text, str) else bytes(text))

@@ -30,7 +30,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 from surecall.engine.errors import GrammarError
 from surecall.engine.gc_pause import collector_paused
-from surecall.engine.grammar import Grammar
+from surecall.engine.grammar import CheckedGrammar, Grammar
 from surecall.engine.ir import (
     EMPTY,
     NOTHING,
@@ -145,22 +145,14 @@ class Relaxation:
         return f"{self.pointer}: {self.keyword}: {self.message}"
 
 
-class SchemaGrammar(Grammar):
-    """A :class:`Grammar` built from a schema; ``relaxations`` lists what ``lenient`` relaxed.
+class SchemaGrammar(CheckedGrammar):
+    """A grammar built from a schema; ``relaxations`` lists what ``lenient`` relaxed.
 
     ``text_check`` (or None) enforces ``uniqueItems`` on top of the grammar: the matcher
     masks tokens it rejects, and :meth:`accepts` applies it to whole texts.
     """
 
-    __slots__ = ("relaxations", "json_schema", "text_check")
-
-    def accepts(self, text: str | bytes) -> bool:
-        if not super().accepts(text):
-            return False
-        check = getattr(self, "text_check", None)
-        if check is None:
-            return True
-        return check.accepts(text.encode("utf-8") if isinstance(text, str) else bytes(text))
+    __slots__ = ("relaxations", "json_schema")
 
 
 def grammar_from_schema(
@@ -204,24 +196,46 @@ def translate_schema(schema: Any, *, whitespace: str = "compact", lenient: bool 
     text_check = None
     if translator.unique_at_run_time:
         resolver = translator.resolver
-        pointer = conditional_unique(json_schema, resolver.resolve, resolver.base_of, legacy_ref_siblings=resolver.legacy_ref_siblings)
+        pointer = conditional_unique(
+            json_schema, resolver.resolve, resolver.base_of, legacy_ref_siblings=resolver.legacy_ref_siblings,
+            tags_first=property_order == "schema",
+        )
         if pointer is not None:
             translator.unsupported(
                 "uniqueItems", pointer, "uniqueItems under anyOf/oneOf/if/then/else/not/contains is only enforced for a small finite set of items"
             )
-        text_check = unique_items_check(json_schema)
+        text_check = unique_items_check(json_schema, property_order)
     object.__setattr__(grammar, "relaxations", tuple(translator.relaxations))
     object.__setattr__(grammar, "json_schema", json_schema)
     object.__setattr__(grammar, "text_check", text_check)
     return grammar
 
 
-def unique_items_check(json_schema: Any) -> UniqueItemsCheck:
-    """The run-time ``uniqueItems`` check of a (plain JSON) schema; rebuilt the same way when unpickled."""
+def unique_items_check(json_schema: Any, property_order: str = "schema", *, items: bool = False) -> UniqueItemsCheck:
+    """The run-time ``uniqueItems`` check of a (plain JSON) schema; rebuilt the same way when
+    unpickled. With ``items``, of a text holding an array whose items are such values
+    (a list of tool calls)."""
     legacy = _legacy_draft(json_schema)
     resolver = _Resolver(json_schema, _raise_unsupported, legacy_ref_siblings=legacy)
     policy = UniquePolicy(json_schema, resolver.resolve, resolver.base_of, legacy_ref_siblings=legacy)
-    return UniqueItemsCheck(policy.requires_unique, rebuild=(unique_items_check, (json_schema,)))
+    discriminators: set = set()
+    conditional_unique(
+        json_schema, resolver.resolve, resolver.base_of, legacy_ref_siblings=legacy,
+        tags_first=property_order == "schema", discriminators=discriminators,
+    )
+    requires_unique = policy.requires_unique
+    if items:
+        def requires_unique(path: tuple) -> bool:
+            return bool(path) and isinstance(path[0], int) and policy.requires_unique(path[1:])
+
+    return UniqueItemsCheck(
+        requires_unique, rebuild=(_rebuilt_unique_items_check, (json_schema, property_order, items)),
+        discriminators=frozenset(discriminators),
+    )
+
+
+def _rebuilt_unique_items_check(json_schema: Any, property_order: str, items: bool) -> UniqueItemsCheck:
+    return unique_items_check(json_schema, property_order, items=items)
 
 
 def _raise_unsupported(keyword: str, pointer: str, message: str) -> NoReturn:

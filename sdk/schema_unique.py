@@ -91,6 +91,64 @@ def sure_branches(schema: dict, base: str, resolve, base_of) -> list:
     return found
 
 
+_UNIONS = ("anyOf", "oneOf")
+_NOT_ONE_VALUE = object()
+
+
+def discriminator(schema: dict, keyword: str, base: str, resolve, base_of) -> tuple[str, dict] | None:
+    """(name, {canonical value: branch index}) when the branches of ``schema[keyword]`` form
+    a discriminated union that the text tells apart by its first property: every branch
+    (through ``$ref``) is an object schema whose first listed property is ``name``,
+    required, with a ``const`` (or one-member ``enum``) of its own, no two the same, and
+    no ``allOf`` (which could list properties ahead of it). Else None."""
+    branches = schema.get(keyword)
+    if not isinstance(branches, list) or len(branches) < 2:
+        return None
+    name = None
+    index: dict = {}
+    for i, branch in enumerate(branches):
+        branch = _through_refs(branch, base, resolve, base_of)
+        if not isinstance(branch, dict) or "allOf" in branch:
+            return None
+        properties = branch.get("properties")
+        if not isinstance(properties, dict) or not properties:
+            return None
+        first = next(iter(properties))
+        name = first if name is None else name
+        required = branch.get("required")
+        if first != name or not isinstance(required, list) or name not in required:
+            return None
+        value = _one_value(properties[name])
+        if value is _NOT_ONE_VALUE or value in index:
+            return None
+        index[value] = i
+    return name, index
+
+
+def _through_refs(schema: Any, base: str, resolve, base_of) -> Any:
+    """``schema`` followed through ``$ref``s that have nothing beside them that could list
+    properties (None when they do, or when the chain does not end)."""
+    for _ in range(16):
+        if not isinstance(schema, dict) or "$ref" not in schema:
+            return schema
+        if any(key in schema for key in ("properties", "required", "allOf", "anyOf", "oneOf")):
+            return None
+        base = base_of(schema, base)
+        schema, base, _ = resolve(schema["$ref"], base, "#")
+    return None
+
+
+def _one_value(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return _NOT_ONE_VALUE
+    if "const" in schema:
+        return canonical(schema["const"])
+    enum = schema.get("enum")
+    if isinstance(enum, list) and len(enum) == 1:
+        return canonical(enum[0])
+    return _NOT_ONE_VALUE
+
+
 def canonical(value: Any) -> Any:
     """A hashable form under which two JSON values are equal exactly when JSON Schema says so."""
     if value is None:
@@ -138,7 +196,7 @@ def _parse(text: bytes) -> Any:
 class _Frame:
     """An open array or object of the text being scanned."""
 
-    __slots__ = ("is_array", "path", "unique", "seen", "index", "expect_key", "key", "start")
+    __slots__ = ("is_array", "path", "unique", "seen", "index", "expect_key", "key", "start", "tags")
 
     def __init__(self, is_array: bool, path: tuple, unique: bool, start: int) -> None:
         self.is_array = is_array
@@ -149,15 +207,22 @@ class _Frame:
         self.expect_key = not is_array
         self.key: Any = None
         self.start = start
+        # Of an object: (key, canonical value) of the discriminating properties written so far.
+        self.tags: tuple = ()
 
     def copy(self) -> "_Frame":
         twin = _Frame.__new__(_Frame)
         twin.is_array, twin.path, twin.unique, twin.seen = self.is_array, self.path, self.unique, self.seen
         twin.index, twin.expect_key, twin.key, twin.start = self.index, self.expect_key, self.key, self.start
+        twin.tags = self.tags
         return twin
 
     def child_path(self) -> tuple:
-        return self.path + ((self.index,) if self.is_array else (self.key,))
+        """The instance path of the value being written: an index in an array; in an object,
+        its key, or (key, tags) once discriminating properties were written."""
+        if self.is_array:
+            return self.path + (self.index,)
+        return self.path + (((self.key, self.tags),) if self.tags else (self.key,))
 
 
 class ScanState:
@@ -183,13 +248,18 @@ class UniqueItemsCheck:
     """The matcher's text check for ``uniqueItems`` (see the module docstring).
 
     ``requires_unique(path)`` says whether the array at an instance path (a tuple of
-    keys and indices) must have unique items.
+    keys and indices) must have unique items. A key of an object that holds properties
+    named in ``discriminators`` with a scalar value written before it is ``(key, tags)``,
+    ``tags`` the (name, canonical value) of those properties in the order written.
     """
 
-    def __init__(self, requires_unique: Callable[[tuple], bool], rebuild: tuple | None = None) -> None:
+    def __init__(
+        self, requires_unique: Callable[[tuple], bool], rebuild: tuple | None = None, *, discriminators: frozenset = frozenset()
+    ) -> None:
         self._requires_unique = requires_unique
         self._decided: dict[tuple, bool] = {}
         self._rebuild = rebuild
+        self._discriminators = discriminators
 
     def __reduce__(self):
         if self._rebuild is None:
@@ -290,6 +360,7 @@ class UniqueItemsCheck:
         owned = [False] * len(frames)
         in_string, escaped = state.in_string, state.escaped
         string_start, string_is_key, scalar_start = state.string_start, state.string_is_key, state.scalar_start
+        discriminators = self._discriminators
 
         def innermost() -> _Frame:
             if not owned[-1]:
@@ -298,6 +369,9 @@ class UniqueItemsCheck:
             return frames[-1]
 
         def completed(start: int, end: int) -> bool:
+            if frames and not frames[-1].is_array and frames[-1].key in discriminators and text[start] not in b"[{":
+                frame = innermost()
+                frame.tags = frame.tags + ((frame.key, canonical(_parse(text[start:end]))),)
             if not frames or not frames[-1].is_array or not frames[-1].unique:
                 return True
             value = canonical(_parse(text[start:end]))
@@ -387,8 +461,10 @@ class UniquePolicy:
         # Up to draft 7 everything next to a $ref is ignored.
         self.legacy_ref_siblings = legacy_ref_siblings
 
-    def _closure(self, located: list, kind: str) -> list:
-        """Every schema that applies for sure at the location of ``located`` (schema, base, pointer), holding a ``kind``."""
+    def _closure(self, located: list, kind: str, tags: tuple = ()) -> list:
+        """Every schema that applies for sure at the location of ``located`` (schema, base,
+        pointer), holding a ``kind``; for an object, ``tags`` are the discriminating
+        properties written in it so far, which pick the branch of a discriminated union."""
         out, seen, stack = [], set(), list(located)
         while stack:
             schema, base, pointer = stack.pop()
@@ -406,7 +482,19 @@ class UniquePolicy:
             for keyword, i, kinds in sure_branches(schema, base, self.resolve, self.base_of):
                 if kind in kinds:
                     stack.append((schema[keyword][i], base, f"{pointer}/{keyword}/{i}"))
+            if tags:
+                for keyword in _UNIONS:
+                    chosen = self._tagged_branch(schema, keyword, base, dict(tags))
+                    if chosen is not None:
+                        stack.append((schema[keyword][chosen], base, f"{pointer}/{keyword}/{chosen}"))
         return out
+
+    def _tagged_branch(self, schema: dict, keyword: str, base: str, tags: dict) -> int | None:
+        """The branch of ``schema[keyword]`` whose discriminator has the value written, if any."""
+        found = discriminator(schema, keyword, base, self.resolve, self.base_of)
+        if found is None or found[0] not in tags:
+            return None
+        return found[1].get(tags[found[0]])
 
     def _children(self, schema: dict, base: str, pointer: str, key: Any) -> list:
         found = []
@@ -442,21 +530,33 @@ class UniquePolicy:
 
     def requires_unique(self, path: tuple) -> bool:
         located = [(self.root, "", "#")]
-        for key in path:
+        for step in path:
+            key, tags = step if isinstance(step, tuple) else (step, ())
             kind = "array" if isinstance(key, int) else "object"
-            located = [child for schema, base, pointer in self._closure(located, kind) for child in self._children(schema, base, pointer, key)]
+            located = [
+                child
+                for schema, base, pointer in self._closure(located, kind, tags)
+                for child in self._children(schema, base, pointer, key)
+            ]
             if not located:
                 return False
         return any(schema.get("uniqueItems") is True for schema, _, _ in self._closure(located, "array"))
 
 
-def conditional_unique(root: Any, resolve, base_of, *, legacy_ref_siblings: bool = False) -> str | None:
+def conditional_unique(
+    root: Any, resolve, base_of, *, legacy_ref_siblings: bool = False, tags_first: bool = False,
+    discriminators: set | None = None,
+) -> str | None:
     """The pointer of a ``uniqueItems: true`` that applies only under a condition, if any.
 
     Each schema is visited with the containers (array, object) for which it surely
     applies where it is reached: all of them along ``$ref``, ``allOf`` and the child
     keywords, those it alone admits for an ``anyOf``/``oneOf`` branch, none under a
     conditional applicator. Arrays of at most one item are unique anyway and do not count.
+    With ``tags_first`` (properties are written in schema order), the branches of a
+    discriminated union (see :func:`discriminator`) apply for sure to objects: the check
+    knows the branch from its first property before anything else of the object is
+    written. Their discriminating property names are added to ``discriminators``.
     """
     seen: set = set()
     stack = [(root, "", "#", _CONTAINERS)]
@@ -476,6 +576,15 @@ def conditional_unique(root: Any, resolve, base_of, *, legacy_ref_siblings: bool
             target, target_base, target_pointer = resolve(schema["$ref"], base, pointer)
             stack.append((target, target_base, target_pointer, sure))
         branch_sure = {(keyword, i): sure & kinds for keyword, i, kinds in sure_branches(schema, base, resolve, base_of)}
+        if tags_first and "object" in sure:
+            for keyword in _UNIONS:
+                found = discriminator(schema, keyword, base, resolve, base_of)
+                if found is None:
+                    continue
+                if discriminators is not None:
+                    discriminators.add(found[0])
+                for i in range(len(schema[keyword])):
+                    branch_sure[(keyword, i)] = branch_sure.get((keyword, i), frozenset()) | {"object"}
         for key, value in schema.items():
             if key in ("properties", "patternProperties") and isinstance(value, dict):
                 child = _CONTAINERS if "object" in sure else frozenset()

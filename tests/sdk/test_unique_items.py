@@ -175,7 +175,60 @@ def test_draft7_ignores_unique_items_next_to_ref():
 
 
 def _frames_of(state) -> tuple:
-    return tuple((f.is_array, f.path, f.unique, f.seen, f.index, f.expect_key, f.key, f.start) for f in state.frames)
+    return tuple((f.is_array, f.path, f.unique, f.seen, f.index, f.expect_key, f.key, f.start, f.tags) for f in state.frames)
+
+
+def _tagged(kind, payload: dict, required=None) -> dict:
+    properties = {"kind": kind, **payload}
+    return {"type": "object", "properties": properties, "required": required or list(properties), "additionalProperties": False}
+
+
+UNIQUE_TAGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+PLAIN_TAGS = {"type": "array", "items": {"type": "string"}}
+# Three ways to spell a discriminated union: const, a one-member enum, a branch behind $ref.
+TAGGED_UNION = {
+    "$defs": {"plain": _tagged({"enum": ["plain"]}, {"tags": PLAIN_TAGS})},
+    "type": "array",
+    "items": {"anyOf": [_tagged({"const": "set"}, {"tags": UNIQUE_TAGS}), {"$ref": "#/$defs/plain"}]},
+}
+
+
+def test_a_discriminated_union_enforces_unique_items_in_the_branch_its_first_property_names():
+    grammar = grammar_from_schema(TAGGED_UNION)
+    assert grammar.accepts('[{"kind":"set","tags":["a","b"]},{"kind":"plain","tags":["a","a"]}]')
+    assert not grammar.accepts('[{"kind":"plain","tags":["a","a"]},{"kind":"set","tags":["b","b"]}]')
+    assert grammar.accepts('[{"kind":"set","tags":["a"]},{"kind":"set","tags":["a"]}]')  # across objects: no repeat
+    exclusive = grammar_from_schema({"oneOf": [_tagged({"const": "set"}, {"tags": UNIQUE_TAGS}), _tagged({"const": "plain"}, {"tags": PLAIN_TAGS})]})
+    assert exclusive.accepts('{"kind":"plain","tags":["a","a"]}') and not exclusive.accepts('{"kind":"set","tags":["a","a"]}')
+
+
+@pytest.mark.parametrize(
+    "branches, order",
+    [
+        # the discriminator is written after the array: the check would not know the branch in time
+        ([_tagged({"const": "set"}, {"tags": UNIQUE_TAGS}), _tagged({"const": "plain"}, {"tags": PLAIN_TAGS})], "any"),
+        ([{**_tagged({"const": "set"}, {"tags": UNIQUE_TAGS}), "properties": {"tags": UNIQUE_TAGS, "kind": {"const": "set"}}},
+          _tagged({"const": "plain"}, {"tags": PLAIN_TAGS})], "schema"),
+        # not required, or the same value twice: the text does not tell the branches apart
+        ([_tagged({"const": "set"}, {"tags": UNIQUE_TAGS}, required=["tags"]), _tagged({"const": "plain"}, {"tags": PLAIN_TAGS})], "schema"),
+        ([_tagged({"const": "set"}, {"tags": UNIQUE_TAGS}), _tagged({"const": "set"}, {"tags": PLAIN_TAGS})], "schema"),
+        ([_tagged({"enum": ["set", "bag"]}, {"tags": UNIQUE_TAGS}), _tagged({"const": "plain"}, {"tags": PLAIN_TAGS})], "schema"),
+    ],
+    ids=["any order", "not first", "not required", "same value", "two values"],
+)
+def test_unions_the_text_cannot_tell_apart_in_time_still_raise(branches, order):
+    with pytest.raises(UnsupportedSchemaError) as info:
+        grammar_from_schema({"anyOf": branches}, property_order=order)
+    assert info.value.keyword == "uniqueItems"
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_sampled_discriminated_unions_are_valid(seed):
+    schema = {"type": "array", "items": TAGGED_UNION["items"], "maxItems": 3, "$defs": TAGGED_UNION["$defs"]}
+    text, finished = sample(grammar_from_schema(schema), seed, max_steps=120)
+    if finished:
+        jsonschema.validate(json.loads(text), schema)
 
 
 @settings(max_examples=60, deadline=None)
