@@ -26,7 +26,7 @@ configuration) and bounded by ``automaton.MAX_CONFIGS``.
 Text checks. A grammar may carry a ``text_check``, a stateful condition no grammar can
 express (``uniqueItems``): ``initial()``, ``feed(state, data)`` (the new state, or None
 once the text is lost) and ``trigger_bytes(state)`` (a token without any of these bytes
-cannot fail; empty: any token can). Optionally ``trigger_in_order(state)`` (bytes a
+cannot fail; empty: any token can; None: none can). Optionally ``trigger_in_order(state)`` (bytes a
 token must also hold in that order to fail, or None) and ``refused_among(state, datas)``
 (the indices ``feed`` refuses, answered in one call). The cached mask of a
 configuration stays as it is; the allowed tokens holding the triggers are fed to the
@@ -628,6 +628,8 @@ class Matcher(MatcherBase):
             return words
         vocab = self.vocab
         triggers = check.trigger_bytes(state)
+        if triggers is None:
+            return words
         in_order = getattr(check, "trigger_in_order", None)
         sequence = in_order(state) if in_order is not None else None
         entry = self._entry(self._state)

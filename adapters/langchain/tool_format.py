@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any, Iterator, Literal, Sequence
 
 from surecall.engine import ir
+from surecall.engine.grammar import CheckedGrammar
 from surecall.tools import ToolSpec
 
 
@@ -256,14 +257,16 @@ def _freeze(value: Any) -> Any:
 
 @lru_cache(maxsize=128)
 def _cached_grammar(_key: str, fmt: ToolCallFormat, specs: tuple, choice: ToolChoice, parallel: bool, answer_json):
-    from surecall.engine import Grammar
-
     answer_schema = json.loads(answer_json) if answer_json is not None else None
     rules: dict[str, ir.Node] = {}
     alternatives: list[ir.Node] = []
+    calls_schema = answer_check_schema = None
     if choice.mode != "none" and specs:
         chosen = [s for s in specs if choice.mode != "named" or s.name == choice.name]
-        call_start = _embed(rules, _translate_calls(chosen, fmt.arguments_key), "call")
+        calls_grammar = _translate_calls(chosen, fmt.arguments_key)
+        if calls_grammar.text_check is not None:
+            calls_schema = calls_grammar.json_schema
+        call_start = _embed(rules, calls_grammar, "call")
         one_call = ir.seq(fmt.call_open, ir.Ref(call_start), fmt.call_close)
         more = ir.star(ir.seq(fmt.separator, one_call)) if parallel else ir.EMPTY
         rules[_CALLS_RULE] = ir.seq(fmt.prefix, one_call, more, fmt.suffix)
@@ -271,12 +274,113 @@ def _cached_grammar(_key: str, fmt: ToolCallFormat, specs: tuple, choice: ToolCh
     calls_only = choice.mode in ("required", "named") and specs
     if not calls_only:
         if answer_schema is not None:
-            alternatives.append(ir.Ref(_embed(rules, json_answer_grammar(answer_schema), "answer")))
+            answer_grammar = json_answer_grammar(answer_schema)
+            if answer_grammar.text_check is not None:
+                answer_check_schema = answer_grammar.json_schema
+            alternatives.append(ir.Ref(_embed(rules, answer_grammar, "answer")))
         else:
             rules[_TEXT_RULE] = ir.Except(_text_exclusions(fmt), None)
             alternatives.append(ir.Ref(_TEXT_RULE))
     rules[_RESPONSE_RULE] = ir.alt(*alternatives)
-    return Grammar(rules, _RESPONSE_RULE)
+    check = None
+    if calls_schema is not None or answer_check_schema is not None:
+        check = response_check(fmt.name, calls_schema, answer_check_schema)
+    return CheckedGrammar(rules, _RESPONSE_RULE, text_check=check)
+
+
+# The states of ``ResponseCheck``: (what the text is known to be, the state of its check).
+_UNDECIDED, _CALLS, _ANSWER, _UNCHECKED = range(4)
+
+
+class ResponseCheck:
+    """The text check of a whole response (``uniqueItems`` in tool arguments or in the
+    answer): the check of the calls over a response that starts with the format's marker,
+    the answer's check over one that does not (plain text is left alone). The calls'
+    check reads the whole response, markup included: the markup around the call objects
+    holds no quote or brace, and outside JSON values the check only keeps track of
+    brackets."""
+
+    def __init__(self, marker: bytes, calls, answer, rebuild: tuple) -> None:
+        self._marker = marker
+        self._checks = {_CALLS: calls, _ANSWER: answer}
+        self._rebuild = rebuild
+
+    def __reduce__(self):
+        return self._rebuild
+
+    def initial(self) -> tuple:
+        return (_UNDECIDED, b"")
+
+    def accepts(self, text: bytes) -> bool:
+        return self.feed(self.initial(), text) is not None
+
+    def feed(self, state: tuple, data: bytes) -> tuple | None:
+        kind, held = state
+        if kind == _UNCHECKED:
+            return state
+        if kind != _UNDECIDED:
+            after = self._checks[kind].feed(held, data)
+            return None if after is None else (kind, after)
+        head = held + data
+        marker = self._marker
+        if len(head) < len(marker) and marker.startswith(head):
+            return (_UNDECIDED, head)
+        kind = _CALLS if head.startswith(marker) else _ANSWER
+        check = self._checks[kind]
+        if check is None:
+            return (_UNCHECKED, None)
+        after = check.feed(check.initial(), head)
+        return None if after is None else (kind, after)
+
+    def _undecided_checks(self) -> list:
+        return [check for check in self._checks.values() if check is not None]
+
+    def trigger_bytes(self, state: tuple) -> bytes | None:
+        kind, held = state
+        if kind == _UNCHECKED:
+            return None
+        if kind != _UNDECIDED:
+            return self._checks[kind].trigger_bytes(held)
+        triggers = [check.trigger_bytes(check.initial()) for check in self._undecided_checks()]
+        # A token that can fail either check: an empty set of triggers lets every token through to feed.
+        return b"" if any(not found for found in triggers) else bytes(sorted(set(b"".join(triggers))))
+
+    def trigger_in_order(self, state: tuple) -> bytes | None:
+        kind, held = state
+        if kind in (_CALLS, _ANSWER):
+            in_order = getattr(self._checks[kind], "trigger_in_order", None)
+            return in_order(held) if in_order is not None else None
+        if kind == _UNDECIDED:
+            orders = set()
+            for check in self._undecided_checks():
+                in_order = getattr(check, "trigger_in_order", None)
+                orders.add(in_order(check.initial()) if in_order is not None else None)
+            return orders.pop() if len(orders) == 1 else None
+        return None
+
+    def refused_among(self, state: tuple, datas: list[bytes]) -> list[int]:
+        kind, held = state
+        refused_among = getattr(self._checks.get(kind), "refused_among", None)
+        if refused_among is not None:
+            return refused_among(held, datas)
+        return [index for index, data in enumerate(datas) if self.feed(state, data) is None]
+
+
+def response_check(format_name: str, calls_schema: dict | None, answer_schema: dict | None) -> ResponseCheck:
+    """The ``ResponseCheck`` of a response in format ``format_name`` whose calls follow
+    ``calls_schema`` (one call object) and whose JSON answer follows ``answer_schema``;
+    either may be None (nothing to check there)."""
+    from surecall.schema import unique_items_check
+
+    fmt = FORMATS[format_name]
+    calls = None
+    if calls_schema is not None:
+        # Formats that write the calls as one JSON list check its items.
+        calls = unique_items_check(calls_schema, items=fmt.prefix.endswith("["))
+    answer = unique_items_check(answer_schema) if answer_schema is not None else None
+    return ResponseCheck(
+        fmt.marker.encode("utf-8"), calls, answer, (response_check, (format_name, calls_schema, answer_schema))
+    )
 
 
 def json_answer_grammar(schema: dict):

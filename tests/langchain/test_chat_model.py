@@ -52,6 +52,23 @@ def test_required_gives_valid_calls(chat):
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"] > 0
 
 
+@tool
+def tag_items(ids: list[int], tags: set[str]) -> str:
+    """Tag the items with a set of tags."""
+    return f"tagged {ids}"
+
+
+def test_set_arguments_stay_unique_beside_other_tools(chat):
+    # A set becomes uniqueItems, which the grammar alone cannot enforce: the run-time check
+    # does, for the arguments of the tool the call names.
+    message = chat.bind_tools([add, tag_items], tool_choice="any").invoke("Tag items 1, 2 and 3 with red, green, red, green.")
+    assert message.invalid_tool_calls == [] and message.tool_calls
+    schemas = {**SCHEMAS, "tag_items": tag_items.tool_call_schema.model_json_schema()}
+    for call in message.tool_calls:
+        validate_json(call["args"], schemas[call["name"]])
+        assert call["name"] != "tag_items" or len(set(call["args"]["tags"])) == len(call["args"]["tags"])
+
+
 def test_named_choice_calls_that_tool_only(chat):
     for choice in ("get_weather", {"type": "function", "function": {"name": "get_weather"}}):
         message = chat.bind_tools(TOOLS, tool_choice=choice).invoke("Add 2 and 3.")

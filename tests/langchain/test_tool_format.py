@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -26,6 +27,8 @@ from surecall.adapters.langchain.tool_format import (
     parse_response,
     tool_call_grammar,
 )
+from surecall.engine.matcher import Matcher, Status
+from surecall.engine.vocab import TokenVocabulary
 from surecall.tools import ToolSpec
 
 ADD = ToolSpec(
@@ -105,6 +108,70 @@ def test_nested_definitions_of_several_tools_do_not_collide():
     assert grammar.accepts(JSON_LIST.render([("first", {"item": {"v": 1}})]))
     assert grammar.accepts(JSON_LIST.render([("second", {"item": {"v": "x"}})]))
     assert not grammar.accepts(JSON_LIST.render([("first", {"item": {"v": "x"}})]))
+
+
+TAG = ToolSpec(
+    "tag",
+    "Tag items with a set of tags.",
+    {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}, "required": ["tags"]},
+)
+LOG = ToolSpec(
+    "log",
+    "Log tags, repeats allowed.",
+    {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}, "required": ["tags"]},
+)
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS.values()), ids=list(FORMATS))
+@pytest.mark.parametrize("specs", [[TAG], [TAG, LOG, ADD]], ids=["one tool", "three tools"])
+def test_unique_items_in_tool_arguments_are_enforced_in_every_call(fmt, specs):
+    grammar = tool_call_grammar(fmt, specs, ToolChoice("required"))
+    unique = ("tag", {"tags": ["a", "b"]})
+    assert grammar.accepts(fmt.render([unique]))
+    assert not grammar.accepts(fmt.render([("tag", {"tags": ["a", "a"]})]))
+    if len(specs) > 1:  # only the arguments of the tool that asks for it
+        assert grammar.accepts(fmt.render([("log", {"tags": ["a", "a"]}), unique]))
+        assert not grammar.accepts(fmt.render([("log", {"tags": ["a"]}), ("tag", {"tags": ["b", "c", "b"]})]))
+
+
+def test_unique_items_check_leaves_plain_text_alone_and_checks_a_json_answer():
+    grammar = tool_call_grammar(HERMES, [TAG], ToolChoice("auto"))
+    assert grammar.accepts('Repeats are fine in text: ["a","a"]')
+    answer = {"type": "object", "properties": {"labels": TAG.parameters["properties"]["tags"]}, "required": ["labels"]}
+    grammar = tool_call_grammar(HERMES, [ADD], ToolChoice("auto"), answer_schema=answer)
+    assert grammar.accepts('{"labels": ["a", "b"]}') and not grammar.accepts('{"labels": ["a", "a"]}')
+    assert grammar.accepts(HERMES.render([("add", {"a": 1, "b": 1})]))
+
+
+BYTE_VOCAB = TokenVocabulary([b"<eos>"] + [bytes([b]) for b in range(256)], special_ids={0}, eos_token_ids={0})
+
+
+def _advanced(grammar, text: bytes) -> Matcher:
+    matcher = Matcher(grammar, BYTE_VOCAB)
+    for byte in text:
+        assert matcher.advance(BYTE_VOCAB.tokenize_bytes(bytes([byte]))[0]) is Status.ACCEPTED
+    return matcher
+
+
+def test_plain_text_beside_checked_tools_asks_the_check_nothing(monkeypatch):
+    grammar = tool_call_grammar(JSON_LIST, [TAG], ToolChoice("auto"))
+    matcher = _advanced(grammar, b'Sure: ["a","a')
+
+    def refuse(*_args):
+        raise AssertionError("the check was asked about plain text")
+
+    monkeypatch.setattr(type(grammar.text_check), "refused_among", refuse)
+    assert BYTE_VOCAB.tokenize_bytes(b'"')[0] in set(matcher.allowed_token_ids().tolist())
+
+
+def test_tool_call_masks_drop_the_token_that_repeats_an_item_and_the_check_pickles():
+    vocab = BYTE_VOCAB
+    grammar = pickle.loads(pickle.dumps(tool_call_grammar(JSON_LIST, [TAG, LOG], ToolChoice("required"))))
+    matcher = _advanced(grammar, b'<tool_call>[{"name":"tag","arguments":{"tags":["a","a')
+    allowed = set(matcher.allowed_token_ids().tolist())
+    quote, letter = vocab.tokenize_bytes(b'"')[0], vocab.tokenize_bytes(b"b")[0]
+    assert quote not in allowed and letter in allowed
+    assert matcher.advance(quote) is Status.REJECTED
 
 
 def test_schema_the_translator_rejects_names_the_tool():
