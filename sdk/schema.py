@@ -164,16 +164,17 @@ def grammar_from_schema(
 ) -> SchemaGrammar:
     """The grammar of the JSON texts of the values valid under ``schema``.
 
-    ``whitespace``: ``"compact"`` (no whitespace, like ``json.dumps(separators=(",", ":"))``)
-    or ``"flexible"`` (up to :data:`MAX_WHITESPACE` whitespace characters around
-    punctuation). ``property_order``: ``"schema"`` or ``"any"`` (see the module docstring).
+    ``whitespace``: ``"compact"`` (no whitespace, like ``json.dumps(separators=(",", ":"))``),
+    ``"spaced"`` (one space after each ``,`` and ``:`` and none elsewhere, like
+    ``json.dumps`` by default) or ``"flexible"`` (up to :data:`MAX_WHITESPACE` whitespace
+    characters around punctuation). ``property_order``: ``"schema"`` or ``"any"`` (see the module docstring).
     """
     return translate_schema(schema, whitespace=whitespace, lenient=lenient, property_order=property_order)
 
 
 def translate_schema(schema: Any, *, whitespace: str = "compact", lenient: bool = False, property_order: str = "schema") -> SchemaGrammar:
-    if whitespace not in ("compact", "flexible"):
-        raise ValueError(f"whitespace must be 'compact' or 'flexible', got {whitespace!r}")
+    if whitespace not in ("compact", "flexible", "spaced"):
+        raise ValueError(f"whitespace must be 'compact', 'flexible' or 'spaced', got {whitespace!r}")
     if property_order not in ("schema", "any"):
         raise ValueError(f"property_order must be 'schema' or 'any', got {property_order!r}")
     json_schema = to_json_schema(schema)
@@ -359,6 +360,7 @@ class _Translator:
         self.root = root
         self.lenient = lenient
         self.property_order = property_order
+        self.whitespace = whitespace
         self.ws = repeat(_WHITESPACE_CHARS, 0, MAX_WHITESPACE) if whitespace == "flexible" else EMPTY
         self.relaxations: list[Relaxation] = []
         self.rules: dict[str, Node] = {}
@@ -448,7 +450,7 @@ class _Translator:
             self._json_value = Ref("json_value")
             value = Ref("json_value")
             string = seq('"', ANY_STRING_BODY, '"')
-            member = seq(string, self.ws, ":", self.ws, value)
+            member = seq(string, self._colon(), value)
             self.rules["json_value"] = alt(
                 "null",
                 "true",
@@ -469,7 +471,10 @@ class _Translator:
         return Ref(name)
 
     def _sep(self) -> Node:
-        return seq(self.ws, ",", self.ws)
+        return ", " if self.whitespace == "spaced" else seq(self.ws, ",", self.ws)
+
+    def _colon(self) -> Node:
+        return ": " if self.whitespace == "spaced" else seq(self.ws, ":", self.ws)
 
     # -- one flat alternative ---------------------------------------------------------------------
     def translate_flat(self, flat: Flat) -> Node:
@@ -525,7 +530,7 @@ class _Translator:
             body = seq(items[0], *(seq(self._sep(), item) for item in items[1:])) if items else EMPTY
             return seq("[", self.ws, body, self.ws, "]")
         if isinstance(value, dict):
-            members = [seq('"', encode_text(k), '"', self.ws, ":", self.ws, self.value_literal(v)) for k, v in value.items()]
+            members = [seq('"', encode_text(k), '"', self._colon(), self.value_literal(v)) for k, v in value.items()]
             orders = [members]
             if self.property_order == "any" and len(members) <= ANY_ORDER_MAX_LITERAL_MEMBERS:
                 orders = list(itertools.permutations(members))
@@ -717,7 +722,7 @@ class _Translator:
                     return NOTHING
                 continue
             value = self.translate_sub(value_schema) if value_schema is not None else self.json_value()
-            members[name] = self._shared(seq('"', encode_text(name), '"', self.ws, ":", self.ws, value), "member")
+            members[name] = self._shared(seq('"', encode_text(name), '"', self._colon(), value), "member")
         extra = self._shared(self._extra_member(flat, listed), "extra")
         lo, hi = flat.min_props, flat.max_props
         if hi is not None and hi < lo:
@@ -872,7 +877,7 @@ class _Translator:
     def _member(self, keys: Node, value: Node) -> Node:
         if keys == NOTHING or value == NOTHING:
             return NOTHING
-        return seq('"', keys, '"', self.ws, ":", self.ws, value)
+        return seq('"', keys, '"', self._colon(), value)
 
     def _ordered_members(
         self, members: dict, required: set, extra: Node, lo: int, hi: int | None, inside: frozenset | None

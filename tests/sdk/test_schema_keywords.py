@@ -350,6 +350,12 @@ def test_generated_instances_are_accepted(value):
             _SIMPLE_GRAMMAR[order] = grammar_from_schema(SIMPLE_SCHEMA, property_order=order)
         assert validator_for_schema(SIMPLE_SCHEMA).is_valid(value)
         assert _SIMPLE_GRAMMAR[order].accepts(dumps(value)), dumps(value)
+    # "spaced": exactly json.dumps's own spacing, one space after each "," and ":"
+    if "spaced" not in _SIMPLE_GRAMMAR:
+        _SIMPLE_GRAMMAR["spaced"] = grammar_from_schema(SIMPLE_SCHEMA, whitespace="spaced")
+    spaced = json.dumps(value, ensure_ascii=False)
+    assert _SIMPLE_GRAMMAR["spaced"].accepts(spaced), spaced
+    assert not _SIMPLE_GRAMMAR["spaced"].accepts(dumps(value))  # an object of >= 2 members has a separator
 
 
 def test_if_then_else_apply_from_draft_7_and_are_unknown_words_before():
