@@ -149,6 +149,11 @@ def call_schema(specs: Sequence[ToolSpec], arguments_key: str = "arguments") -> 
     schema: dict[str, Any] = alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
     if definitions:
         schema = {**schema, "$defs": {name: close_objects(d) for name, d in definitions.items()}}
+    # A draft is read at the root only: one the tools all declare moves there (up to draft 4,
+    # an "integer" is written without a fraction).
+    drafts = {spec.parameters.get("$schema") for spec in specs}
+    if len(drafts) == 1 and isinstance(next(iter(drafts)), str):
+        schema = {"$schema": drafts.pop(), **schema}
     return schema
 
 
@@ -263,7 +268,7 @@ def _cached_grammar(_key: str, fmt: ToolCallFormat, specs: tuple, choice: ToolCh
     calls_schema = answer_check_schema = None
     if choice.mode != "none" and specs:
         chosen = [s for s in specs if choice.mode != "named" or s.name == choice.name]
-        calls_grammar = _translate_calls(chosen, fmt.arguments_key)
+        calls_grammar = _translate_calls(chosen, fmt)
         if calls_grammar.text_check is not None:
             calls_schema = calls_grammar.json_schema
         call_start = _embed(rules, calls_grammar, "call")
@@ -399,17 +404,21 @@ def _text_exclusions(fmt: ToolCallFormat) -> tuple[bytes, ...]:
     return tuple(dict.fromkeys(m.encode("utf-8") for m in (fmt.marker, "<tool_", "</tool_")))
 
 
-def _translate(schema: dict):
+def _translate(schema: dict, whitespace: str = "flexible"):
     from surecall.schema import grammar_from_schema
 
-    return grammar_from_schema(schema, whitespace="flexible")
+    return grammar_from_schema(schema, whitespace=whitespace)
 
 
-def _translate_calls(specs: Sequence[ToolSpec], arguments_key: str):
+def _translate_calls(specs: Sequence[ToolSpec], fmt: ToolCallFormat):
     from surecall.schema import UnsupportedSchemaError
 
+    # Where the marker is the start of the call object itself (``{"name":``), whitespace
+    # inside it would make a call that neither the parsers nor plain text's exclusion
+    # recognise: such calls are spaced as json.dumps spaces them, as the model has seen.
+    whitespace = "spaced" if not fmt.prefix and not fmt.call_open else "flexible"
     try:
-        return _translate(call_schema(specs, arguments_key))
+        return _translate(call_schema(specs, fmt.arguments_key), whitespace)
     except UnsupportedSchemaError as error:
         for spec in specs:  # name the tool whose schema the translator rejects
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -30,6 +31,7 @@ from surecall.adapters.langchain.tool_format import (
 from surecall.engine.matcher import Matcher, Status
 from surecall.engine.vocab import TokenVocabulary
 from surecall.tools import ToolSpec
+from surecall.validation import validate_json
 
 ADD = ToolSpec(
     "add",
@@ -46,6 +48,18 @@ TOOLS = [ADD, WEATHER]
 ONE_CALL = JSON_LIST.render([("add", {"a": 1, "b": 2})])
 TWO_CALLS = JSON_LIST.render([("add", {"a": 1, "b": 2}), ("get_weather", {"location": "Paris"})])
 WEATHER_CALL = JSON_LIST.render([("get_weather", {"location": "Paris"})])
+
+TAG = ToolSpec(
+    "tag",
+    "Tag items with a set of tags.",
+    {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}, "required": ["tags"]},
+)
+LOG = ToolSpec(
+    "log",
+    "Log tags, repeats allowed.",
+    {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}, "required": ["tags"]},
+)
+BYTE_VOCAB = TokenVocabulary([b"<eos>"] + [bytes([b]) for b in range(256)], special_ids={0}, eos_token_ids={0})
 
 
 @pytest.mark.parametrize(
@@ -80,6 +94,23 @@ def test_each_format_grammar_accepts_its_own_rendering(fmt):
     assert grammar.accepts(fmt.render([("add", {"a": 1, "b": 2}), ("get_weather", {"location": "x"})]))
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1), fmt=st.sampled_from(list(FORMATS.values())))
+def test_every_response_the_grammar_allows_parses_to_valid_calls(seed, fmt):
+    # Random walks through the masks: whatever the grammar lets through, whitespace included,
+    # the parser must read back as calls whose arguments validate.
+    rng = random.Random(seed)
+    matcher = Matcher(tool_call_grammar(fmt, [ADD, WEATHER, TAG], ToolChoice("required")), BYTE_VOCAB, max_tokens=160)
+    while not matcher.is_finished() and not (matcher.is_accepting() and rng.random() < 0.1):
+        matcher.advance(rng.choice(matcher.allowed_token_ids().tolist()))
+    content, calls = parse_response(matcher.text_bytes().decode("utf-8"), fmt)
+    assert content == "" and calls
+    specs = {spec.name: spec for spec in (ADD, WEATHER, TAG)}
+    for call in calls:
+        assert call.error is None
+        validate_json(call.args, specs[call.name].parameters)
+
+
 def test_answer_schema_replaces_free_text_beside_tools():
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     grammar = tool_call_grammar(JSON_LIST, TOOLS, ToolChoice("auto"), answer_schema=schema)
@@ -110,18 +141,6 @@ def test_nested_definitions_of_several_tools_do_not_collide():
     assert not grammar.accepts(JSON_LIST.render([("first", {"item": {"v": "x"}})]))
 
 
-TAG = ToolSpec(
-    "tag",
-    "Tag items with a set of tags.",
-    {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}, "required": ["tags"]},
-)
-LOG = ToolSpec(
-    "log",
-    "Log tags, repeats allowed.",
-    {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}, "required": ["tags"]},
-)
-
-
 @pytest.mark.parametrize("fmt", list(FORMATS.values()), ids=list(FORMATS))
 @pytest.mark.parametrize("specs", [[TAG], [TAG, LOG, ADD]], ids=["one tool", "three tools"])
 def test_unique_items_in_tool_arguments_are_enforced_in_every_call(fmt, specs):
@@ -134,6 +153,16 @@ def test_unique_items_in_tool_arguments_are_enforced_in_every_call(fmt, specs):
         assert not grammar.accepts(fmt.render([("log", {"tags": ["a"]}), ("tag", {"tags": ["b", "c", "b"]})]))
 
 
+def test_a_draft_the_tools_declare_applies_to_their_arguments():
+    parameters = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    draft4 = ToolSpec("count", "", {"$schema": "http://json-schema.org/draft-04/schema#", **parameters})
+    grammar = tool_call_grammar(JSON_LIST, [draft4], ToolChoice("required"))
+    assert grammar.accepts(JSON_LIST.render([("count", {"n": 1})]))
+    assert not grammar.accepts('<tool_call>[{"name":"count","arguments":{"n":1.0}}]</tool_call>')
+    latest = tool_call_grammar(JSON_LIST, [ToolSpec("count", "", parameters)], ToolChoice("required"))
+    assert latest.accepts('<tool_call>[{"name":"count","arguments":{"n":1.0}}]</tool_call>')
+
+
 def test_unique_items_check_leaves_plain_text_alone_and_checks_a_json_answer():
     grammar = tool_call_grammar(HERMES, [TAG], ToolChoice("auto"))
     assert grammar.accepts('Repeats are fine in text: ["a","a"]')
@@ -141,9 +170,6 @@ def test_unique_items_check_leaves_plain_text_alone_and_checks_a_json_answer():
     grammar = tool_call_grammar(HERMES, [ADD], ToolChoice("auto"), answer_schema=answer)
     assert grammar.accepts('{"labels": ["a", "b"]}') and not grammar.accepts('{"labels": ["a", "a"]}')
     assert grammar.accepts(HERMES.render([("add", {"a": 1, "b": 1})]))
-
-
-BYTE_VOCAB = TokenVocabulary([b"<eos>"] + [bytes([b]) for b in range(256)], special_ids={0}, eos_token_ids={0})
 
 
 def _advanced(grammar, text: bytes) -> Matcher:
