@@ -92,16 +92,49 @@ def _schema_of_type(obj: Any) -> dict:
     import pydantic
 
     if isinstance(obj, type) and issubclass(obj, pydantic.BaseModel):
-        return obj.model_json_schema()
+        return obj.model_json_schema(schema_generator=_validated_json_schema())
     if _pydantic_v1_model(obj):
         return obj.schema()
     obj = _portable_typeddict(obj)
     try:
-        return pydantic.TypeAdapter(obj).json_schema()
+        return pydantic.TypeAdapter(obj).json_schema(schema_generator=_validated_json_schema())
     except pydantic.PydanticSchemaGenerationError as error:
         raise SchemaInputError(f"cannot derive a JSON Schema from {obj!r}: {error}") from error
     except pydantic.PydanticUserError as error:
         raise SchemaInputError(f"cannot derive a JSON Schema from {obj!r}: {error}") from error
+
+
+_VALIDATED_JSON_SCHEMA = None
+
+
+def _validated_json_schema():
+    """Pydantic's JSON Schema generator, except where its schema admits values Pydantic's
+    validation refuses, so that what the grammar lets through validates: a ``Decimal`` is a
+    JSON number (Pydantic also takes any string there, then refuses what is not a decimal),
+    finite as a float (below 1e308: bounded numbers are written without an exponent), with
+    its ``decimal_places`` as a ``multipleOf`` and, with them, ``max_digits`` as a bound."""
+    global _VALIDATED_JSON_SCHEMA
+    if _VALIDATED_JSON_SCHEMA is None:
+        from pydantic.json_schema import GenerateJsonSchema
+
+        class ValidatedJsonSchema(GenerateJsonSchema):
+            def decimal_schema(self, schema):
+                json_schema = super().decimal_schema(schema)
+                if self.mode != "validation" or "anyOf" not in json_schema:
+                    return json_schema
+                number = dict(json_schema["anyOf"][0])
+                places, digits = schema.get("decimal_places"), schema.get("max_digits")
+                bound = 1e308
+                if places is not None:
+                    number["multipleOf"] = float(f"1e-{places}")
+                    if digits is not None:
+                        bound = float(10 ** (digits - places))
+                number["exclusiveMaximum"] = min(number.get("exclusiveMaximum", bound), bound)
+                number["exclusiveMinimum"] = max(number.get("exclusiveMinimum", -bound), -bound)
+                return number
+
+        _VALIDATED_JSON_SCHEMA = ValidatedJsonSchema
+    return _VALIDATED_JSON_SCHEMA
 
 
 def _portable_typeddict(obj: Any) -> Any:
@@ -192,7 +225,7 @@ def _schema_of_function(function: Any) -> dict:
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
         fields[name] = (annotation, pydantic.Field(default, description=descriptions.get(name)))
     model = pydantic.create_model(function.__name__, **fields)
-    schema = model.model_json_schema()
+    schema = model.model_json_schema(schema_generator=_validated_json_schema())
     if summary:
         schema["description"] = summary
     else:

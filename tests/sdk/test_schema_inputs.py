@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import decimal
+import random
 from typing import Literal, Optional, TypedDict
 
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from surecall.engine.matcher import Matcher
+from surecall.engine.vocab import TokenVocabulary
 from surecall.schema import SchemaInputError, grammar_from_schema, parse_docstring, to_json_schema
+
+BYTES = TokenVocabulary([b"<eos>"] + [bytes([b]) for b in range(256)], special_ids={0}, eos_token_ids={0})
 
 
 class Point(pydantic.BaseModel):
@@ -69,6 +77,41 @@ def test_pydantic_v2_model():
     assert grammar.accepts('{"x":1}')
     assert not grammar.accepts('{"y":2}')
     assert not grammar.accepts('{"x":1,"label":"c"}')
+
+
+class Invoice(pydantic.BaseModel):
+    total: decimal.Decimal
+    rate: pydantic.condecimal(max_digits=4, decimal_places=2)
+    fee: pydantic.condecimal(ge=0)
+
+
+@pytest.mark.parametrize(
+    "text, accepted",
+    [
+        ('{"total":12.5,"rate":99.99,"fee":0}', True),
+        ('{"total":-3,"rate":-0.5,"fee":1000}', True),
+        ('{"total":"12.5","rate":1,"fee":1}', False),  # Pydantic's own schema admits any string here
+        ('{"total":"abc","rate":1,"fee":1}', False),
+        ('{"total":1,"rate":1.234,"fee":1}', False),  # three decimal places
+        ('{"total":1,"rate":100,"fee":1}', False),  # five digits
+        ('{"total":1,"rate":1,"fee":-1}', False),
+        ('{"total":1e999,"rate":1,"fee":1}', False),  # no finite decimal
+    ],
+)
+def test_decimal_fields_admit_only_what_pydantic_validates(text, accepted):
+    assert grammar_from_schema(Invoice).accepts(text) is accepted
+    if accepted:
+        Invoice.model_validate_json(text)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_sampled_decimal_fields_validate(seed):
+    rng = random.Random(seed)
+    matcher = Matcher(grammar_from_schema(Invoice), BYTES, max_tokens=60)
+    while not matcher.is_finished() and not (matcher.is_accepting() and rng.random() < 0.2):
+        matcher.advance(rng.choice(matcher.allowed_token_ids().tolist()))
+    Invoice.model_validate_json(matcher.text_bytes())
 
 
 def test_recursive_pydantic_model():
