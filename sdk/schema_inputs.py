@@ -112,7 +112,9 @@ def _validated_json_schema():
     validation refuses, so that what the grammar lets through validates: a ``Decimal`` is a
     JSON number (Pydantic also takes any string there, then refuses what is not a decimal),
     finite as a float (below 1e308: bounded numbers are written without an exponent), with
-    its ``decimal_places`` as a ``multipleOf`` and, with them, ``max_digits`` as a bound."""
+    its ``decimal_places`` as a ``multipleOf`` and, with them, ``max_digits`` as a bound; a
+    URL limited to some schemes (``HttpUrl``) starts with one of them and a host name; a
+    ``timedelta``'s numbers have at most 6 digits (larger ones overflow Pydantic's parser)."""
     global _VALIDATED_JSON_SCHEMA
     if _VALIDATED_JSON_SCHEMA is None:
         from pydantic.json_schema import GenerateJsonSchema
@@ -132,6 +134,23 @@ def _validated_json_schema():
                 number["exclusiveMaximum"] = min(number.get("exclusiveMaximum", bound), bound)
                 number["exclusiveMinimum"] = max(number.get("exclusiveMinimum", -bound), -bound)
                 return number
+
+            def url_schema(self, schema):
+                json_schema = super().url_schema(schema)
+                schemes = schema.get("allowed_schemes")
+                if schemes:
+                    spelled = "|".join("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in scheme) for scheme in schemes)
+                    # Hosts as plain dotted labels, no "--" (which would be read as punycode):
+                    # Pydantic's URL parser refuses empty labels and undecodable names.
+                    label = "[A-Za-z0-9]+(-[A-Za-z0-9]+)*"
+                    json_schema["pattern"] = f"^({spelled})://{label}([.]{label})*(:[0-9]{{1,4}})?([/?#].*)?$"
+                return json_schema
+
+            def timedelta_schema(self, schema):
+                json_schema = super().timedelta_schema(schema)
+                if json_schema.get("format") == "duration":
+                    json_schema["pattern"] = "^[^0-9]*([0-9]{1,6}[^0-9]+)*$"
+                return json_schema
 
         _VALIDATED_JSON_SCHEMA = ValidatedJsonSchema
     return _VALIDATED_JSON_SCHEMA

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import decimal
 import random
 from typing import Literal, Optional, TypedDict
@@ -104,14 +105,38 @@ def test_decimal_fields_admit_only_what_pydantic_validates(text, accepted):
         Invoice.model_validate_json(text)
 
 
-@settings(max_examples=30, deadline=None)
+class Link(pydantic.BaseModel):
+    url: pydantic.HttpUrl
+    every: datetime.timedelta
+
+
+@pytest.mark.parametrize(
+    "url, every, accepted",
+    [
+        ("http://example.com", "P1D", True),
+        ("HTTPS://a-b.example:8080/x?y#z", "PT999999S", True),
+        ("ftp://example.com", "P1D", False),  # Pydantic's schema says any URI
+        ("https://.com", "P1D", False),  # an empty label
+        ("https://xn--abc.com", "P1D", False),  # read as punycode
+        ("http://example.com", "PT9999999S", False),  # overflows Pydantic's duration parser
+    ],
+)
+def test_url_and_timedelta_fields_admit_only_what_pydantic_validates(url, every, accepted):
+    text = f'{{"url":"{url}","every":"{every}"}}'
+    assert grammar_from_schema(Link).accepts(text) is accepted
+    if accepted:
+        Link.model_validate_json(text)
+
+
+@pytest.mark.parametrize("model", [Invoice, Link])
+@settings(max_examples=20, deadline=None)
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
-def test_sampled_decimal_fields_validate(seed):
+def test_sampled_fields_validate_with_pydantic(model, seed):
     rng = random.Random(seed)
-    matcher = Matcher(grammar_from_schema(Invoice), BYTES, max_tokens=60)
+    matcher = Matcher(grammar_from_schema(model), BYTES, max_tokens=80)
     while not matcher.is_finished() and not (matcher.is_accepting() and rng.random() < 0.2):
         matcher.advance(rng.choice(matcher.allowed_token_ids().tolist()))
-    Invoice.model_validate_json(matcher.text_bytes())
+    model.model_validate_json(matcher.text_bytes())
 
 
 def test_recursive_pydantic_model():
