@@ -138,6 +138,31 @@ FORMAT_PATTERNS: dict[str, str] = {
 }
 """Full-match regular expressions, one per supported format."""
 
+_IPV4_PREFIX = "(?:3[0-2]|[12][0-9]|[0-9])"
+_IPV6_PREFIX = "(?:12[0-8]|1[01][0-9]|[1-9]?[0-9])"
+# A network's host bits are zero; of its prefixes, those on octet boundaries (and an address alone).
+_IPV4_NETWORK = (
+    f"(?:{_IPV4}(?:/32)?|{_OCTET}\\.{_OCTET}\\.{_OCTET}\\.0/24|{_OCTET}\\.{_OCTET}\\.0\\.0/16|{_OCTET}\\.0\\.0\\.0/8|0\\.0\\.0\\.0/0)"
+)
+_IPV6_NETWORK = f"{_IPV6}(?:/128)?"
+_IPV4_INTERFACE = f"{_IPV4}(?:/{_IPV4_PREFIX})?"
+_IPV6_INTERFACE = f"{_IPV6}(?:/{_IPV6_PREFIX})?"
+
+PYDANTIC_FORMAT_PATTERNS: dict[str, str] = {
+    "ipvanyaddress": f"(?:{_IPV4}|{_IPV6})",
+    "ipv4network": _IPV4_NETWORK,
+    "ipv6network": _IPV6_NETWORK,
+    "ipvanynetwork": f"(?:{_IPV4_NETWORK}|{_IPV6_NETWORK})",
+    "ipv4interface": _IPV4_INTERFACE,
+    "ipv6interface": _IPV6_INTERFACE,
+    "ipvanyinterface": f"(?:{_IPV4_INTERFACE}|{_IPV6_INTERFACE})",
+}
+"""Full-match expressions for formats Pydantic writes into its schemas (no JSON Schema format
+of these names exists), each admitting values Pydantic accepts."""
+
+NAIVE_DATE_TIME = f"{_DATE}[Tt]{_PARTIAL_TIME}"
+"""A date-time without an offset (Pydantic's ``NaiveDatetime``, which refuses one)."""
+
 FORMAT_MAX_LENGTH: dict[str, int] = {}
 """Length limits (in characters) that go with a format and are not part of its expression."""
 

@@ -14,6 +14,8 @@ import inspect
 import re
 from typing import Any, get_type_hints
 
+from .formats import NAIVE_DATE_TIME, PYDANTIC_FORMAT_PATTERNS
+
 
 class SchemaInputError(TypeError):
     """The object cannot be turned into a JSON Schema."""
@@ -114,7 +116,10 @@ def _validated_json_schema():
     finite as a float (below 1e308: bounded numbers are written without an exponent), with
     its ``decimal_places`` as a ``multipleOf`` and, with them, ``max_digits`` as a bound; a
     URL limited to some schemes (``HttpUrl``) starts with one of them and a host name; a
-    ``timedelta``'s numbers have at most 6 digits (larger ones overflow Pydantic's parser)."""
+    ``timedelta``'s numbers have at most 6 digits (larger ones overflow Pydantic's parser); a
+    ``NaiveDatetime`` has no offset (Pydantic's schema says ``date-time``, which has one); the
+    formats Pydantic names for IP networks and interfaces (no JSON Schema formats, so no
+    constraint at all to a validator) get patterns of values Pydantic takes."""
     global _VALIDATED_JSON_SCHEMA
     if _VALIDATED_JSON_SCHEMA is None:
         from pydantic.json_schema import GenerateJsonSchema
@@ -146,6 +151,18 @@ def _validated_json_schema():
                     json_schema["pattern"] = f"^({spelled})://{label}([.]{label})*(:[0-9]{{1,4}})?([/?#].*)?$"
                 return json_schema
 
+            def generate(self, schema, mode="validation"):
+                json_schema = super().generate(schema, mode)
+                _pattern_for_pydantic_formats(json_schema)
+                return json_schema
+
+            def datetime_schema(self, schema):
+                json_schema = super().datetime_schema(schema)
+                if schema.get("tz_constraint") == "naive" and json_schema.get("format") == "date-time":
+                    json_schema = {key: value for key, value in json_schema.items() if key != "format"}
+                    json_schema["pattern"] = f"^{NAIVE_DATE_TIME}$"
+                return json_schema
+
             def timedelta_schema(self, schema):
                 json_schema = super().timedelta_schema(schema)
                 if json_schema.get("format") == "duration":
@@ -154,6 +171,19 @@ def _validated_json_schema():
 
         _VALIDATED_JSON_SCHEMA = ValidatedJsonSchema
     return _VALIDATED_JSON_SCHEMA
+
+
+def _pattern_for_pydantic_formats(node: Any) -> None:
+    """Give every schema in ``node`` whose format only Pydantic knows the pattern of its values."""
+    if isinstance(node, dict):
+        found = PYDANTIC_FORMAT_PATTERNS.get(node.get("format")) if isinstance(node.get("format"), str) else None
+        if found is not None and "pattern" not in node:
+            node["pattern"] = f"^{found}$"
+        for value in node.values():
+            _pattern_for_pydantic_formats(value)
+    elif isinstance(node, list):
+        for value in node:
+            _pattern_for_pydantic_formats(value)
 
 
 def _portable_typeddict(obj: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import ipaddress
 import random
 from typing import Literal, Optional, TypedDict
 
@@ -128,7 +129,32 @@ def test_url_and_timedelta_fields_admit_only_what_pydantic_validates(url, every,
         Link.model_validate_json(text)
 
 
-@pytest.mark.parametrize("model", [Invoice, Link])
+class Host(pydantic.BaseModel):
+    net: ipaddress.IPv4Network
+    iface: ipaddress.IPv6Interface
+    seen: pydantic.NaiveDatetime
+
+
+@pytest.mark.parametrize(
+    "net, iface, seen, accepted",
+    [
+        ("10.0.0.0/8", "::1/64", "2024-02-29T10:00:00", True),
+        ("192.168.1.7", "2001:db8::1", "2024-01-01t00:00:00.5", True),
+        ("10.0.0.1/8", "::1", "2024-01-01T00:00:00", False),  # host bits set
+        ("any text", "::1", "2024-01-01T00:00:00", False),  # a format no JSON Schema validator knows
+        ("10.0.0.0/8", "::1/129", "2024-01-01T00:00:00", False),
+        ("10.0.0.0/8", "::1", "2024-01-01T00:00:00Z", False),  # naive: no offset
+        ("10.0.0.0/8", "::1", "2023-02-29T00:00:00", False),
+    ],
+)
+def test_network_and_naive_datetime_fields_admit_only_what_pydantic_validates(net, iface, seen, accepted):
+    text = f'{{"net":"{net}","iface":"{iface}","seen":"{seen}"}}'
+    assert grammar_from_schema(Host).accepts(text) is accepted
+    if accepted:
+        Host.model_validate_json(text)
+
+
+@pytest.mark.parametrize("model", [Invoice, Link, Host])
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_sampled_fields_validate_with_pydantic(model, seed):
