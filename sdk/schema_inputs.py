@@ -145,10 +145,13 @@ def _validated_json_schema():
                 schemes = schema.get("allowed_schemes")
                 if schemes:
                     spelled = "|".join("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in scheme) for scheme in schemes)
-                    # Hosts as plain dotted labels, no "--" (which would be read as punycode):
-                    # Pydantic's URL parser refuses empty labels and undecodable names.
+                    # Hosts as plain dotted labels, no "--" (which would be read as punycode),
+                    # the last starting with a letter (one of digits makes the host an IPv4
+                    # address): Pydantic's URL parser refuses empty labels, undecodable names
+                    # and malformed addresses.
                     label = "[A-Za-z0-9]+(-[A-Za-z0-9]+)*"
-                    json_schema["pattern"] = f"^({spelled})://{label}([.]{label})*(:[0-9]{{1,4}})?([/?#].*)?$"
+                    last = "[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9]+)*"
+                    json_schema["pattern"] = f"^({spelled})://({label}[.])*{last}(:[0-9]{{1,4}})?([/?#].*)?$"
                 return json_schema
 
             def generate(self, schema, mode="validation"):

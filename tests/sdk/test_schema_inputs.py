@@ -119,6 +119,7 @@ class Link(pydantic.BaseModel):
         ("ftp://example.com", "P1D", False),  # Pydantic's schema says any URI
         ("https://.com", "P1D", False),  # an empty label
         ("https://xn--abc.com", "P1D", False),  # read as punycode
+        ("https://host.5", "P1D", False),  # read as a malformed IPv4 address
         ("http://example.com", "PT9999999S", False),  # overflows Pydantic's duration parser
     ],
 )
