@@ -113,7 +113,8 @@ def _validated_json_schema():
     """Pydantic's JSON Schema generator, except where its schema admits values Pydantic's
     validation refuses, so that what the grammar lets through validates: a ``Decimal`` is a
     JSON number (Pydantic also takes any string there, then refuses what is not a decimal),
-    finite as a float (below 1e308: bounded numbers are written without an exponent), with
+    finite as a float (below 1e308: bounded numbers are written without an exponent; so is a
+    float that refuses infinities, ``allow_inf_nan=False``), with
     its ``decimal_places`` as a ``multipleOf`` and, with them, ``max_digits`` as a bound; a
     URL limited to some schemes (``HttpUrl``) starts with one of them and a host name; a
     ``timedelta``'s numbers have at most 6 digits (larger ones overflow Pydantic's parser); a
@@ -125,6 +126,12 @@ def _validated_json_schema():
         from pydantic.json_schema import GenerateJsonSchema
 
         class ValidatedJsonSchema(GenerateJsonSchema):
+            def float_schema(self, schema):
+                json_schema = super().float_schema(schema)
+                if schema.get("allow_inf_nan") is False:
+                    _finite(json_schema, 1e308)
+                return json_schema
+
             def decimal_schema(self, schema):
                 json_schema = super().decimal_schema(schema)
                 if self.mode != "validation" or "anyOf" not in json_schema:
@@ -136,8 +143,7 @@ def _validated_json_schema():
                     number["multipleOf"] = float(f"1e-{places}")
                     if digits is not None:
                         bound = float(10 ** (digits - places))
-                number["exclusiveMaximum"] = min(number.get("exclusiveMaximum", bound), bound)
-                number["exclusiveMinimum"] = max(number.get("exclusiveMinimum", -bound), -bound)
+                _finite(number, bound)
                 return number
 
             def url_schema(self, schema):
@@ -174,6 +180,13 @@ def _validated_json_schema():
 
         _VALIDATED_JSON_SCHEMA = ValidatedJsonSchema
     return _VALIDATED_JSON_SCHEMA
+
+
+def _finite(number: dict, bound: float) -> None:
+    """Keep a number schema strictly between -``bound`` and ``bound`` (bounded numbers are also
+    written without an exponent, so none reads as infinite)."""
+    number["exclusiveMaximum"] = min(number.get("exclusiveMaximum", bound), bound)
+    number["exclusiveMinimum"] = max(number.get("exclusiveMinimum", -bound), -bound)
 
 
 def _pattern_for_pydantic_formats(node: Any) -> None:

@@ -85,6 +85,7 @@ class Invoice(pydantic.BaseModel):
     total: decimal.Decimal
     rate: pydantic.condecimal(max_digits=4, decimal_places=2)
     fee: pydantic.condecimal(ge=0)
+    tax: pydantic.confloat(allow_inf_nan=False) = 0.0
 
 
 @pytest.mark.parametrize(
@@ -98,6 +99,8 @@ class Invoice(pydantic.BaseModel):
         ('{"total":1,"rate":100,"fee":1}', False),  # five digits
         ('{"total":1,"rate":1,"fee":-1}', False),
         ('{"total":1e999,"rate":1,"fee":1}', False),  # no finite decimal
+        ('{"total":1,"rate":1,"fee":1,"tax":1e999}', False),  # a float that refuses infinity
+        ('{"total":1,"rate":1,"fee":1,"tax":-2.5}', True),
     ],
 )
 def test_decimal_fields_admit_only_what_pydantic_validates(text, accepted):
