@@ -10,6 +10,7 @@ an object is passed).
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import re
 from typing import Any, get_type_hints
@@ -106,80 +107,77 @@ def _schema_of_type(obj: Any) -> dict:
         raise SchemaInputError(f"cannot derive a JSON Schema from {obj!r}: {error}") from error
 
 
-_VALIDATED_JSON_SCHEMA = None
-
-
+@functools.cache
 def _validated_json_schema():
     """Pydantic's JSON Schema generator, except where its schema admits values Pydantic's
-    validation refuses, so that what the grammar lets through validates: a ``Decimal`` is a
-    JSON number (Pydantic also takes any string there, then refuses what is not a decimal),
-    finite as a float (below 1e308: bounded numbers are written without an exponent; so is a
-    float that refuses infinities, ``allow_inf_nan=False``), with
-    its ``decimal_places`` as a ``multipleOf`` and, with them, ``max_digits`` as a bound; a
-    URL limited to some schemes (``HttpUrl``) starts with one of them and a host name; a
-    ``timedelta``'s numbers have at most 6 digits (larger ones overflow Pydantic's parser); a
-    ``NaiveDatetime`` has no offset (Pydantic's schema says ``date-time``, which has one); the
-    formats Pydantic names for IP networks and interfaces (no JSON Schema formats, so no
-    constraint at all to a validator) get patterns of values Pydantic takes."""
-    global _VALIDATED_JSON_SCHEMA
-    if _VALIDATED_JSON_SCHEMA is None:
-        from pydantic.json_schema import GenerateJsonSchema
+    validation refuses, so that what a grammar lets through validates:
 
-        class ValidatedJsonSchema(GenerateJsonSchema):
-            def float_schema(self, schema):
-                json_schema = super().float_schema(schema)
-                if schema.get("allow_inf_nan") is False:
-                    _finite(json_schema, 1e308)
+    * a ``Decimal`` (number or any string, says Pydantic) is a JSON number, its
+      ``decimal_places`` a ``multipleOf`` and, with them, its ``max_digits`` a bound;
+    * it and a float that refuses infinities (``allow_inf_nan=False``) stay below 1e308
+      (bounded numbers are written without an exponent, so none reads as infinite);
+    * a URL limited to some schemes (``HttpUrl``) starts with one and a plain host name;
+    * a ``timedelta``'s numbers have at most 6 digits (longer ones overflow Pydantic's parser);
+    * a ``NaiveDatetime`` has no offset (Pydantic says ``date-time``, which has one);
+    * the formats Pydantic names for IP networks and interfaces, which no validator knows
+      (any string passes), get patterns of values Pydantic takes.
+    """
+    from pydantic.json_schema import GenerateJsonSchema
+
+    class ValidatedJsonSchema(GenerateJsonSchema):
+        def float_schema(self, schema):
+            json_schema = super().float_schema(schema)
+            if schema.get("allow_inf_nan") is False:
+                _finite(json_schema, 1e308)
+            return json_schema
+
+        def decimal_schema(self, schema):
+            json_schema = super().decimal_schema(schema)
+            if self.mode != "validation" or "anyOf" not in json_schema:
                 return json_schema
+            number = dict(json_schema["anyOf"][0])
+            places, digits = schema.get("decimal_places"), schema.get("max_digits")
+            bound = 1e308
+            if places is not None:
+                number["multipleOf"] = float(f"1e-{places}")
+                if digits is not None:
+                    bound = float(10 ** (digits - places))
+            _finite(number, bound)
+            return number
 
-            def decimal_schema(self, schema):
-                json_schema = super().decimal_schema(schema)
-                if self.mode != "validation" or "anyOf" not in json_schema:
-                    return json_schema
-                number = dict(json_schema["anyOf"][0])
-                places, digits = schema.get("decimal_places"), schema.get("max_digits")
-                bound = 1e308
-                if places is not None:
-                    number["multipleOf"] = float(f"1e-{places}")
-                    if digits is not None:
-                        bound = float(10 ** (digits - places))
-                _finite(number, bound)
-                return number
+        def url_schema(self, schema):
+            json_schema = super().url_schema(schema)
+            schemes = schema.get("allowed_schemes")
+            if schemes:
+                spelled = "|".join("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in scheme) for scheme in schemes)
+                # Hosts as plain dotted labels, no "--" (which would be read as punycode),
+                # the last starting with a letter (one of digits makes the host an IPv4
+                # address): Pydantic's URL parser refuses empty labels, undecodable names
+                # and malformed addresses.
+                label = "[A-Za-z0-9]+(-[A-Za-z0-9]+)*"
+                last = "[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9]+)*"
+                json_schema["pattern"] = f"^({spelled})://({label}[.])*{last}(:[0-9]{{1,4}})?([/?#].*)?$"
+            return json_schema
 
-            def url_schema(self, schema):
-                json_schema = super().url_schema(schema)
-                schemes = schema.get("allowed_schemes")
-                if schemes:
-                    spelled = "|".join("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in scheme) for scheme in schemes)
-                    # Hosts as plain dotted labels, no "--" (which would be read as punycode),
-                    # the last starting with a letter (one of digits makes the host an IPv4
-                    # address): Pydantic's URL parser refuses empty labels, undecodable names
-                    # and malformed addresses.
-                    label = "[A-Za-z0-9]+(-[A-Za-z0-9]+)*"
-                    last = "[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9]+)*"
-                    json_schema["pattern"] = f"^({spelled})://({label}[.])*{last}(:[0-9]{{1,4}})?([/?#].*)?$"
-                return json_schema
+        def generate(self, schema, mode="validation"):
+            json_schema = super().generate(schema, mode)
+            _pattern_for_pydantic_formats(json_schema)
+            return json_schema
 
-            def generate(self, schema, mode="validation"):
-                json_schema = super().generate(schema, mode)
-                _pattern_for_pydantic_formats(json_schema)
-                return json_schema
+        def datetime_schema(self, schema):
+            json_schema = super().datetime_schema(schema)
+            if schema.get("tz_constraint") == "naive" and json_schema.get("format") == "date-time":
+                json_schema = {key: value for key, value in json_schema.items() if key != "format"}
+                json_schema["pattern"] = f"^{NAIVE_DATE_TIME}$"
+            return json_schema
 
-            def datetime_schema(self, schema):
-                json_schema = super().datetime_schema(schema)
-                if schema.get("tz_constraint") == "naive" and json_schema.get("format") == "date-time":
-                    json_schema = {key: value for key, value in json_schema.items() if key != "format"}
-                    json_schema["pattern"] = f"^{NAIVE_DATE_TIME}$"
-                return json_schema
+        def timedelta_schema(self, schema):
+            json_schema = super().timedelta_schema(schema)
+            if json_schema.get("format") == "duration":
+                json_schema["pattern"] = "^[^0-9]*([0-9]{1,6}[^0-9]+)*$"
+            return json_schema
 
-            def timedelta_schema(self, schema):
-                json_schema = super().timedelta_schema(schema)
-                if json_schema.get("format") == "duration":
-                    json_schema["pattern"] = "^[^0-9]*([0-9]{1,6}[^0-9]+)*$"
-                return json_schema
-
-        _VALIDATED_JSON_SCHEMA = ValidatedJsonSchema
-    return _VALIDATED_JSON_SCHEMA
+    return ValidatedJsonSchema
 
 
 def _finite(number: dict, bound: float) -> None:
@@ -189,16 +187,27 @@ def _finite(number: dict, bound: float) -> None:
     number["exclusiveMinimum"] = max(number.get("exclusiveMinimum", -bound), -bound)
 
 
-def _pattern_for_pydantic_formats(node: Any) -> None:
-    """Give every schema in ``node`` whose format only Pydantic knows the pattern of its values."""
-    if isinstance(node, dict):
-        found = PYDANTIC_FORMAT_PATTERNS.get(node.get("format")) if isinstance(node.get("format"), str) else None
-        if found is not None and "pattern" not in node:
-            node["pattern"] = f"^{found}$"
-        for value in node.values():
-            _pattern_for_pydantic_formats(value)
-    elif isinstance(node, list):
-        for value in node:
+# Keywords whose values are instances, not schemas; and those naming schemas by key.
+_INSTANCE_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+_NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def _pattern_for_pydantic_formats(schema: Any) -> None:
+    """Give every schema in ``schema`` whose format only Pydantic knows the pattern of its values."""
+    if isinstance(schema, list):
+        for item in schema:
+            _pattern_for_pydantic_formats(item)
+        return
+    if not isinstance(schema, dict):
+        return
+    found = PYDANTIC_FORMAT_PATTERNS.get(schema.get("format")) if isinstance(schema.get("format"), str) else None
+    if found is not None and "pattern" not in schema:
+        schema["pattern"] = f"^{found}$"
+    for key, value in schema.items():
+        if key in _NAMED_SCHEMAS and isinstance(value, dict):
+            for named in value.values():
+                _pattern_for_pydantic_formats(named)
+        elif key not in _INSTANCE_KEYWORDS:
             _pattern_for_pydantic_formats(value)
 
 

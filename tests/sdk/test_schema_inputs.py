@@ -137,6 +137,8 @@ class Host(pydantic.BaseModel):
     net: ipaddress.IPv4Network
     iface: ipaddress.IPv6Interface
     seen: pydantic.NaiveDatetime
+    # A field named like a keyword holding instances, with a default holding a format key.
+    default: list[ipaddress.IPv4Network] = pydantic.Field(default=[], examples=[{"format": "ipv4network"}])
 
 
 @pytest.mark.parametrize(
@@ -156,6 +158,9 @@ def test_network_and_naive_datetime_fields_admit_only_what_pydantic_validates(ne
     assert grammar_from_schema(Host).accepts(text) is accepted
     if accepted:
         Host.model_validate_json(text)
+    listed = f'{{"net":"10.0.0.0/8","iface":"::1","seen":"2024-01-01T00:00:00","default":["{net}"]}}'
+    assert grammar_from_schema(Host).accepts(listed) is (net != "10.0.0.1/8" and net != "any text")
+    assert to_json_schema(Host)["properties"]["default"]["examples"] == [{"format": "ipv4network"}]
 
 
 @pytest.mark.parametrize("model", [Invoice, Link, Host])
