@@ -14,6 +14,9 @@ schema that applies for sure (``$ref``, ``allOf``, ``properties``, ``patternProp
 ``additionalProperties``, ``prefixItems``, ``items``, ``additionalItems``) is followed
 along the path, so recursion through ``$ref`` works at any depth, and so is the one
 ``anyOf``/``oneOf`` branch that alone admits arrays (or objects) when the value is one.
+So is the branch of a discriminated union (:func:`discriminator`) that the object's first
+property names: the scan records that property's value as it is written, and the path
+carries it to the keys after it (tool calls name their tool this way).
 Any other ``uniqueItems`` under a conditional applicator (``anyOf``, ``oneOf``,
 ``if``/``then``/``else``, ``not``, ``contains``, dependent schemas) only applies when its
 branch does, which the check cannot know; :func:`conditional_unique` finds it so the
