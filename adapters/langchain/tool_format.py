@@ -289,7 +289,7 @@ def _cached_grammar(_key: str, fmt: ToolCallFormat, specs: tuple, choice: ToolCh
     rules[_RESPONSE_RULE] = ir.alt(*alternatives)
     check = None
     if calls_schema is not None or answer_check_schema is not None:
-        check = response_check(fmt.name, calls_schema, answer_check_schema)
+        check = response_check(fmt.marker, fmt.prefix.endswith("["), calls_schema, answer_check_schema)
     return CheckedGrammar(rules, _RESPONSE_RULE, text_check=check)
 
 
@@ -371,21 +371,17 @@ class ResponseCheck:
         return [index for index, data in enumerate(datas) if self.feed(state, data) is None]
 
 
-def response_check(format_name: str, calls_schema: dict | None, answer_schema: dict | None) -> ResponseCheck:
-    """The ``ResponseCheck`` of a response in format ``format_name`` whose calls follow
-    ``calls_schema`` (one call object) and whose JSON answer follows ``answer_schema``;
-    either may be None (nothing to check there)."""
+def response_check(marker: str, calls_in_list: bool, calls_schema: dict | None, answer_schema: dict | None) -> ResponseCheck:
+    """The ``ResponseCheck`` of a response whose calls start with ``marker`` and follow
+    ``calls_schema`` (one call object; ``calls_in_list``: written as items of one JSON list)
+    and whose JSON answer follows ``answer_schema``; either schema may be None (nothing to
+    check there)."""
     from surecall.schema import unique_items_check
 
-    fmt = FORMATS[format_name]
-    calls = None
-    if calls_schema is not None:
-        # Formats that write the calls as one JSON list check its items.
-        calls = unique_items_check(calls_schema, items=fmt.prefix.endswith("["))
+    calls = unique_items_check(calls_schema, items=calls_in_list) if calls_schema is not None else None
     answer = unique_items_check(answer_schema) if answer_schema is not None else None
-    return ResponseCheck(
-        fmt.marker.encode("utf-8"), calls, answer, (response_check, (format_name, calls_schema, answer_schema))
-    )
+    recipe = (response_check, (marker, calls_in_list, calls_schema, answer_schema))
+    return ResponseCheck(marker.encode("utf-8"), calls, answer, recipe)
 
 
 def json_answer_grammar(schema: dict):

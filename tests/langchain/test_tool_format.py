@@ -19,6 +19,7 @@ from surecall.adapters.langchain.tool_format import (
     StreamingParser,
     TextDelta,
     ToolChoice,
+    ToolCallFormat,
     ToolChoiceError,
     ToolSchemaError,
     call_schema,
@@ -141,7 +142,10 @@ def test_nested_definitions_of_several_tools_do_not_collide():
     assert not grammar.accepts(JSON_LIST.render([("first", {"item": {"v": "x"}})]))
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS.values()), ids=list(FORMATS))
+CUSTOM = ToolCallFormat("custom", "<<call>>", "<<call>>[", "", "", ",", "]")
+
+
+@pytest.mark.parametrize("fmt", [*FORMATS.values(), CUSTOM], ids=[*FORMATS, "custom"])
 @pytest.mark.parametrize("specs", [[TAG], [TAG, LOG, ADD]], ids=["one tool", "three tools"])
 def test_unique_items_in_tool_arguments_are_enforced_in_every_call(fmt, specs):
     grammar = tool_call_grammar(fmt, specs, ToolChoice("required"))
