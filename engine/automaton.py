@@ -960,7 +960,7 @@ class _ReverseGraph:
                     predecessors[out[p][1]].append((p, low * len(iteration) if low else 0))
             elif k == _COUNT_HUB:
                 # Leaving is allowed once the minimum is done; items in the body add
-                # the iterations they still owe (``ByteAutomaton._compute_completion_bound``).
+                # the iterations they still owe (``ByteAutomaton._bound_item``).
                 predecessors[out[p][1]].append((p, 0))
             elif k == _ISECT_ENTER:
                 predecessors[out[p]].append((p, 0))
@@ -2129,10 +2129,19 @@ class ByteAutomaton:
         intersections; ``any!`` and ``except!`` are not followed), inf when no item's way
         is known. Cheap: static distances, no search but the shortest strings of
         intersections."""
+        return self.completion_bounds([config], spellable)[0]
+
+    def completion_bounds(self, configs: list[int], spellable: int = ALL_BYTES_MASK) -> list[float]:
+        """``completion_bound`` of each of ``configs`` (a new mask asks for hundreds at once)."""
         tables = self._realizable_tables(spellable)
-        found = tables.bounds.get(config)
-        if found is None:
-            found = tables.bounds[config] = self._compute_completion_bound(config, tables)
+        bounds = tables.bounds
+        found = []
+        for config in configs:
+            bound = bounds.get(config)
+            if bound is None:
+                item = self._bound_item(config, tables)
+                bound = bounds[config] = float("inf") if item is None else item[0]
+            found.append(bound)
         return found
 
     def _realizable_tables(self, spellable: int) -> "_RealizableDistances":
@@ -2141,26 +2150,25 @@ class ByteAutomaton:
             tables = self._realizable[spellable] = _RealizableDistances(self._nfa, spellable)
         return tables
 
-    def _compute_completion_bound(self, config: int, tables: "_RealizableDistances") -> float:
-        found = self._bound_item(config, tables)
-        return float("inf") if found is None else found[0]
-
     def _bound_item(self, config: int, tables: "_RealizableDistances") -> tuple | None:
         """(bound, item, iterations it owes) of the item of ``config`` the bound follows, or None."""
         if config < 0:
             return None
-        dist, body_of, iterations = tables.dist, tables.body_of, tables.iterations
+        dist, body_of = tables.dist, tables.body_of
         nfa = self._nfa
-        owner, counters = nfa.owner, nfa.counters
-        kind, out, arg = nfa.kind, nfa.out, nfa.arg
+        owner, kind = nfa.owner, nfa.kind
+        best_cost = float("inf")
         best = None
+        # An item's continuation is its caller's, read from the table of its origin; the
+        # items of a configuration mostly share one origin.
+        origin_config = continuations = None
         for item in self._configs[config]:
             p, o, w, t = item
             if w is not None:
                 continue
             owed = 0
             if kind[p] == _ISECT:
-                cost = dist[arg[p]] + nfa.intersections[out[p]].shortest_bytes(t, tables.spellable)
+                cost = dist[nfa.arg[p]] + nfa.intersections[nfa.out[p]].shortest_bytes(t, tables.spellable)
             else:
                 cost = dist[p]
                 if t is not None:
@@ -2168,21 +2176,24 @@ class ByteAutomaton:
                     if counter is None:
                         continue
                     # ``t`` iterations are done and this one is under way.
-                    owed = max(counters[counter][0] - t - 1, 0)
+                    owed = max(nfa.counters[counter][0] - t - 1, 0)
                     if owed:
-                        iteration = iterations[counter]
+                        iteration = tables.iterations[counter]
                         cost += float("inf") if iteration is None else owed * len(iteration)
-            if best is not None and cost >= best[0]:
+            if cost >= best_cost:
                 continue
             if o is not None:
                 if o[1] is not None:
                     continue
-                origin_config = config if o[0] == SELF else o[0]
-                table = self._continuation_table(
-                    origin_config, tables.continuation, dist, realizable=True, parents=tables.continuation_from
-                )
-                cost += table.get((owner[p], None), float("inf"))
-            if cost < float("inf") and (best is None or cost < best[0]):
+                caller = config if o[0] == SELF else o[0]
+                if caller != origin_config:
+                    origin_config = caller
+                    continuations = self._continuation_table(
+                        caller, tables.continuation, dist, realizable=True, parents=tables.continuation_from
+                    )
+                cost += continuations.get((owner[p], None), float("inf"))
+            if cost < best_cost:
+                best_cost = cost
                 best = (cost, item, owed)
         return best
 

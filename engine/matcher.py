@@ -1163,8 +1163,16 @@ class Matcher(MatcherBase):
     def _cost_bound(self, config: int) -> int:
         bound = self._tables.cost_bounds.get(config)
         if bound is None:
-            bound = self._tables.cost_bounds[config] = self._compute_cost_bound(config)
+            bound = self._cost_bounds([config])[0]
         return bound
+
+    def _cost_bounds(self, configs: list[int]) -> list[int]:
+        """``_cost_bound`` of each of ``configs``, the unknown ones computed together."""
+        known = self._tables.cost_bounds
+        missing = [config for config in configs if config not in known]
+        if missing:
+            known.update(zip(missing, self._compute_cost_bounds(missing)))
+        return [known[config] for config in configs]
 
     def _bound_bytes(self, method: str):
         """(the automaton's ``method``, the bytes its bound may spell), or None where bounds do
@@ -1175,16 +1183,15 @@ class Matcher(MatcherBase):
             return None
         return found, self.vocab.single_byte_tokens
 
-    def _compute_cost_bound(self, config: int) -> int:
+    def _compute_cost_bounds(self, configs: list[int]) -> list[int]:
         # A completion the automaton knows without a search, of bytes that are tokens by
         # themselves: the first byte's token leads to a configuration whose bound is one
         # less, so masks that admit tokens by this bound always leave a way to finish.
-        applies = self._bound_bytes("completion_bound")
+        applies = self._bound_bytes("completion_bounds")
         if applies is None:
-            return UNREACHABLE
-        completion_bound, spellable = applies
-        bound = completion_bound(config, spellable)
-        return int(bound) if bound < UNREACHABLE else UNREACHABLE
+            return [UNREACHABLE] * len(configs)
+        completion_bounds, spellable = applies
+        return [int(bound) if bound < UNREACHABLE else UNREACHABLE for bound in completion_bounds(configs, spellable)]
 
     _bounds_tighten = True
 
@@ -1242,7 +1249,7 @@ class Matcher(MatcherBase):
         table = entry.end_table
         if table is None:
             distinct_ends = entry.distinct_ends()
-            bounds = np.array([self._cost_bound(end) for end in distinct_ends.tolist()], dtype=np.int64)
+            bounds = np.array(self._cost_bounds(distinct_ends.tolist()), dtype=np.int64)
             table = entry.end_table = (distinct_ends, bounds, np.zeros(len(distinct_ends), dtype=bool))
         distinct_ends, values, exact = table
         unknown = ~exact & (values > limit)
