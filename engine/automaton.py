@@ -63,6 +63,7 @@ from .ir import (
     Bytes,
     ByteSet,
     CharSet,
+    Complement,
     Except,
     Intersect,
     Node,
@@ -530,6 +531,8 @@ class _NfaBuilder:
             return self._emit_except(node, nxt)
         if t is Intersect:
             return self._emit_intersect(node, nxt)
+        if t is Complement:
+            raise GrammarError("a complement is only allowed as an item of an intersection", rule=self.rule)
         raise GrammarError(f"not a grammar node: {node!r}", rule=self.rule)
 
     def _emit_terminal(self, node: Node, nxt: int) -> int:
@@ -735,7 +738,14 @@ class _NfaBuilder:
         inside = self._new(_ISECT, _ALL_BYTES, index, nxt)
         return self._new(_ISECT_ENTER, 0, inside, index)
 
-    def _operand(self, item: Node) -> "ByteAutomaton":
+    def _operand(self, item: Node) -> "ByteAutomaton | _ComplementAutomaton":
+        if type(item) is Complement:
+            found = _operand_cache.get(item)
+            if found is None:
+                found = _ComplementAutomaton(self._operand(item.item))
+                if not _references_list(item):
+                    _keep_operand(item, found)
+            return found
         uses_rules = bool(_references_list(item))
         if not uses_rules:
             found = _operand_cache.get(item)
@@ -748,9 +758,7 @@ class _NfaBuilder:
             raise GrammarError("intersected expressions must be regular (no recursion, any! or except!)", rule=self.rule)
         automaton = ByteAutomaton(sub, text_mode=True)
         if not uses_rules:
-            _operand_cache[item] = automaton
-            while len(_operand_cache) > OPERAND_CACHE_SIZE:
-                _operand_cache.pop(next(iter(_operand_cache)))
+            _keep_operand(item, automaton)
         return automaton
 
 
@@ -761,6 +769,47 @@ _operand_cache: dict[Node, "ByteAutomaton"] = {}
 PRODUCT_MOVES_KEPT = 4096
 # A key of operand configurations below this takes one more operand within 64 bits.
 _PRODUCT_KEY_LIMIT = (2**63 - 1) // (MAX_CONFIGS + 1) - 1
+
+
+def _keep_operand(item: Node, automaton) -> None:
+    _operand_cache[item] = automaton
+    while len(_operand_cache) > OPERAND_CACHE_SIZE:
+        _operand_cache.pop(next(iter(_operand_cache)))
+
+
+class _ComplementAutomaton:
+    """An intersection operand accepting the byte strings ``base`` rejects: ``base``'s
+    states with acceptance flipped, and one more state (``SINK``, accepting, looping on
+    every byte) where ``base`` dies. It reads every byte: the intersection's other
+    operands decide which strings there are."""
+
+    #: Above every configuration number, within the product's key encoding (see ``_Product._moves``).
+    SINK = MAX_CONFIGS
+
+    def __init__(self, base: "ByteAutomaton") -> None:
+        self.base = base
+        self.initial = self.SINK if base.initial == DEAD else base.initial
+        self._sink_row = np.full(256, self.SINK, dtype=np.int32)
+
+    def is_accepting(self, state: int) -> bool:
+        return state == self.SINK or not self.base.is_accepting(state)
+
+    def row(self, state: int) -> np.ndarray:
+        if state == self.SINK:
+            return self._sink_row
+        row = self.base.row(state)
+        return np.where(row < 0, self.SINK, row).astype(np.int32, copy=False)
+
+    def min_bytes_to_accept(self, state: int) -> int:
+        # A lower bound: a string it accepts may need more than one byte.
+        return 0 if self.is_accepting(state) else 1
+
+    def consumed_masks(self) -> frozenset[int]:
+        return self.base.consumed_masks()
+
+    def utf8_agrees(self, state: int, ascii_byte: int) -> bool:
+        # Where ``base`` dies, the sink reads every character alike.
+        return state == self.SINK or self.base.utf8_agrees(state, ascii_byte)
 
 
 class _Product:
@@ -1129,7 +1178,7 @@ def _references_list(node: Node) -> list[str]:
             out.append(n.name)
         elif t is Seq or t is Alt or t is Intersect:
             stack.extend(n.items)
-        elif t is Repeat:
+        elif t is Repeat or t is Complement:
             stack.append(n.item)
     return out
 

@@ -13,6 +13,7 @@ Syntax::
     except!('s1', 's2'[, n])          (* text containing none of the strings (at most n tokens) *)
     except!(rule[, n])                (* the rule must expand to an alternation of strings *)
     intersect!(a, b, ...)             (* strings matched by every (regular) expression *)
+    complement!(a)                    (* as an argument of intersect!: strings a does not match *)
 
 The start rule is ``start`` if defined, else the first rule. Errors name the line,
 column and rule.
@@ -31,6 +32,7 @@ from .ir import (
     ByteSet,
     CharSet,
     Except,
+    Complement,
     Intersect,
     Node,
     Ref,
@@ -253,6 +255,13 @@ class _Parser:
             self.in_arguments = outer
             self.expect(")", "')'")
             return Intersect(tuple(items))
+        if name == "complement":
+            if not self.in_arguments:
+                raise self.error("complement! is only allowed as an argument of intersect!", start)
+            self.expect("(", "'(' after complement!")
+            item = self.alternation()
+            self.expect(")", "')'")
+            return Complement(item)
         raise self.error(f"unknown special nonterminal '{name}!'", start)
 
     def except_args(self, start: int) -> Node:
@@ -398,6 +407,10 @@ def _rewrite(node: Node, replace) -> Node:
         item = _rewrite(node.item, replace)
         if item is not node.item:
             node = Repeat(item, node.min, node.max)
+    elif t is Complement:
+        item = _rewrite(node.item, replace)
+        if item is not node.item:
+            node = Complement(item)
     return replace(node)
 
 
@@ -529,6 +542,8 @@ def _node_to_ebnf(node: Node, names: dict[str, str], context: int = 0) -> str:
         return f"except!({', '.join(args)})"
     if t is Intersect:
         return "intersect!(" + ", ".join(_node_to_ebnf(item, names, 0) for item in node.items) + ")"
+    if t is Complement:
+        return "complement!(" + _node_to_ebnf(node.item, names, 0) + ")"
     raise GrammarError(f"cannot print grammar node {node!r}")
 
 

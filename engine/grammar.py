@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from .automaton import ByteAutomaton, build_nfa, utf8_sequences
 from .gc_pause import collector_paused
 from .errors import GrammarError
-from .ir import Alt, AnyToken, Bytes, ByteSet, CharSet, Except, Intersect, Node, Ref, Repeat, Seq
+from .ir import Alt, AnyToken, Bytes, ByteSet, CharSet, Complement, Except, Intersect, Node, Ref, Repeat, Seq
 
 #: Number of compiled automata kept alive across all grammars (least recently used evicted).
 AUTOMATON_CACHE_SIZE = 64
@@ -49,7 +49,7 @@ def _children(node: Node) -> tuple[Node, ...]:
     t = type(node)
     if t is Seq or t is Alt or t is Intersect:
         return node.items
-    if t is Repeat:
+    if t is Repeat or t is Complement:
         return (node.item,)
     return ()
 
@@ -58,6 +58,7 @@ def _check_node(node: Node, rule: str, rules: Mapping[str, Node], checked: set[i
     """Raise GrammarError for a malformed node under ``node``. Subtrees shared with nodes
     checked before (their ids in ``checked``, which the rules keep alive) are skipped."""
     stack = [node]
+    intersected: set[int] = set()  # complements met as items of an intersection
     while stack:
         n = stack.pop()
         if id(n) in checked:
@@ -66,6 +67,10 @@ def _check_node(node: Node, rule: str, rules: Mapping[str, Node], checked: set[i
         if not isinstance(n, Node):
             raise GrammarError(f"not a grammar node: {n!r}", rule=rule)
         t = type(n)
+        if t is Intersect:
+            intersected.update(id(item) for item in n.items if type(item) is Complement)
+        elif t is Complement and id(n) not in intersected:
+            raise GrammarError("a complement is only allowed as an item of an intersection", rule=rule)
         if t is Ref:
             if n.name not in rules:
                 raise GrammarError(f"undefined rule {n.name!r}", rule=rule)
@@ -93,7 +98,9 @@ def _check_node(node: Node, rule: str, rules: Mapping[str, Node], checked: set[i
 
 def _productive(node: Node, known: set[str]) -> bool:
     t = type(node)
-    if t is Bytes or t is AnyToken or t is Except:
+    if t is Bytes or t is AnyToken or t is Except or t is Complement:
+        # A complement's strings are those of the intersection it is in: whether any are
+        # left shows when the automaton is built (an empty intersection is an error there).
         return True
     if t is ByteSet:
         return any(lo <= hi for lo, hi in node.ranges)

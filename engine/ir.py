@@ -106,6 +106,14 @@ class Intersect(Node):
     items: tuple[Node, ...]
 
 
+@dataclass(frozen=True)
+class Complement(Node):
+    """Byte strings ``item`` (regular) does not match; only as an item of an ``Intersect``,
+    whose other items say which strings there are to choose from."""
+
+    item: Node
+
+
 def _hash_once(cls: type) -> None:
     """Memoise the hash of a node: a dataclass hashes its whole subtree every time, and
     compiled grammars are cached by their rules (shared subtrees would be hashed once
@@ -122,7 +130,7 @@ def _hash_once(cls: type) -> None:
     cls.__hash__ = __hash__
 
 
-for _node_class in (Bytes, ByteSet, CharSet, Seq, Alt, Repeat, Ref, AnyToken, Except, Intersect):
+for _node_class in (Bytes, ByteSet, CharSet, Seq, Alt, Repeat, Ref, AnyToken, Except, Intersect, Complement):
     _hash_once(_node_class)
 
 EMPTY = Seq(())

@@ -150,6 +150,7 @@ ROUND_TRIP_GRAMMARS = [text for text, _good, _bad in SEED_EXAMPLES] + [
     "start ::= '\\'quoted\\' \\\\ \\u{0}\\t' #'[^\"\\\\]';",
     "start ::= intersect!(#'[a-z]+', #'.{2,4}');",
     "start ::= intersect!('a' #'[0-9]'* | 'b', #'.{2,4}' , ('x', 'y') | #'.*') 'z';",
+    "start ::= intersect!(#'[a-z]{1,3}', complement!('ab' | 'abc')) ';';",
     "start ::= '' | 'é😀' '\\xff';",
 ]
 
@@ -166,6 +167,31 @@ def test_to_ebnf_round_trips(text):
 def test_commas_separate_intersect_arguments():
     grammar = Grammar.from_ebnf("start ::= intersect!('a' #'[0-9]'*, #'.{0,3}') , '!';")
     assert grammar.accepts("a12!") and not grammar.accepts("a123!") and not grammar.accepts("a12")
+
+
+def test_complement_removes_its_strings_from_an_intersection():
+    grammar = Grammar.from_ebnf("start ::= intersect!(#'[a-z]{1,3}', complement!('ab' | #'x.*'));")
+    accepted = ["a", "abc", "ba", "zz"]
+    rejected = ["ab", "x", "xyz", "", "abcd"]
+    assert [grammar.accepts(t) for t in accepted + rejected] == [True] * 4 + [False] * 5
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "start ::= complement!('a');",
+        "start ::= intersect!('a', ('b' complement!('c')));",
+        "start ::= 'x' complement!('a');",
+    ],
+)
+def test_complement_outside_an_intersection_argument_is_an_error_with_its_place(text):
+    with pytest.raises(GrammarError, match=r"complement! is only allowed as an argument of intersect!.*line 1, column"):
+        Grammar.from_ebnf(text)
+
+
+def test_an_intersection_its_complement_empties_is_an_error_at_build_time():
+    with pytest.raises(GrammarError, match="matches nothing"):
+        Grammar.from_ebnf("start ::= intersect!('ab' | 'cd', complement!('ab' | 'cd'));").automaton
 
 
 def test_to_ebnf_renames_awkward_rule_names_and_keeps_the_start():

@@ -17,7 +17,8 @@ from surecall.engine import native
 from surecall.engine.automaton import DEAD, ByteAutomaton, build_nfa
 from surecall.engine.errors import GrammarError
 from surecall.engine.grammar import AUTOMATON_CACHE_SIZE, Grammar, clear_automaton_cache
-from surecall.engine.ir import NOTHING, Alt, AnyToken, Bytes, ByteSet, Except, Ref, Repeat, Seq, alt, literal, seq, star
+from surecall.engine.ir import NOTHING, Alt, AnyToken, Bytes, ByteSet, Complement, Except, Intersect, Ref, Repeat, Seq, alt, literal, seq, star
+from surecall.engine.regex import regex_to_ir
 
 _spec = importlib.util.spec_from_file_location("regex_strategies", Path(__file__).with_name("regex_strategies.py"))
 regex_strategies = importlib.util.module_from_spec(_spec)
@@ -42,6 +43,7 @@ GRAMMARS = {
     "except_across_calls": "start ::= (except!('ab') n)+; n ::= m | 'c'; m ::= 'b' | '(' n ')';",
     "utf8": "start ::= #'[α-ω]+' ('·' #'[^a-z]')* '!';",
     "hidden_left_recursion": "a ::= b 'x' | 'y'; b ::= 'z'? a;",
+    "complement": "start ::= intersect!(#'[a-c]{0,6}', complement!(#'.*ab.*' | 'c'+)) ('-' start)?;",
 }
 
 
@@ -113,6 +115,31 @@ def test_random_walks_on_random_regexes(pair, choices):
     text = random_walk(grammar, choices)
     assert grammar.accepts(text)
     assert re.fullmatch(python, text.decode("utf-8"), re.ASCII), (ours, text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kept=regex_strategies.regexes,
+    removed=regex_strategies.regexes,
+    texts=st.lists(st.text(alphabet=regex_strategies.ALPHABET, max_size=6), max_size=8),
+    choices=st.lists(st.integers(0, 1_000), max_size=20),
+)
+def test_a_complement_removes_exactly_the_strings_it_matches(kept, removed, texts, choices):
+    import re
+
+    try:
+        grammar = Grammar({"start": Intersect((regex_to_ir(kept[0]), Complement(regex_to_ir(removed[0]))))})
+        grammar.automaton
+    except GrammarError:
+        reject()  # unsupported syntax, or nothing is left (every kept string is removed)
+
+    def expected(text: str) -> bool:
+        return bool(re.fullmatch(kept[1], text, re.ASCII)) and not re.fullmatch(removed[1], text, re.ASCII)
+
+    for text in texts:
+        assert grammar.accepts(text) == expected(text), (kept, removed, text)
+    walked = random_walk(grammar, choices)
+    assert expected(walked.decode("utf-8")), (kept, removed, walked)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
