@@ -631,10 +631,6 @@ class NegationError(ValueError):
         self.pointer = pointer
 
 
-def _others(*types: str) -> dict:
-    return {"__types__": sorted(TYPE_ATOMS - set(types))}
-
-
 def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
     """A schema (possibly using ``__types__``/``__exclude__``) matching exactly the values ``schema`` rejects."""
     if schema is True:
@@ -687,10 +683,10 @@ def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
                 inverse = {"maximum" if keyword == "minimum" else "minimum": schema[keyword]}
             else:
                 inverse = {opposite: schema[keyword]}
-            options.append({"anyOf": [_others("integer", "nonint"), {"type": "number", **inverse}]})
+            options.append({"type": "number", **inverse})
     for keyword, opposite in (("exclusiveMinimum", "maximum"), ("exclusiveMaximum", "minimum")):
         if use(keyword) and not isinstance(schema[keyword], bool):
-            options.append({"anyOf": [_others("integer", "nonint"), {"type": "number", opposite: schema[keyword]}]})
+            options.append({"type": "number", opposite: schema[keyword]})
     for keyword, kind, inverse in (
         ("minLength", "string", lambda n: {"maxLength": n - 1}),
         ("maxLength", "string", lambda n: {"minLength": n + 1}),
@@ -701,12 +697,11 @@ def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
     ):
         if use(keyword):
             n = schema[keyword]
-            branch = [_others(kind)]
+            # "at least 0" holds for every value of the kind: its negation adds nothing
             if not (keyword.startswith("min") and n == 0):
-                branch.append({"type": kind, **inverse(n)})
-            options.append({"anyOf": branch})
+                options.append({"type": kind, **inverse(n)})
     if use("required"):
-        options.append({"anyOf": [_others("object")] + [{"type": "object", "properties": {name: False}} for name in schema["required"]]})
+        options.extend({"type": "object", "properties": {name: False}} for name in schema["required"])
     if use("additionalProperties"):
         if schema["additionalProperties"] is not False or "patternProperties" in keys:
             raise NegationError(pointer, "negating additionalProperties other than false, or next to patternProperties")
@@ -715,18 +710,16 @@ def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
     if use("properties"):
         if "patternProperties" in keys:
             raise NegationError(pointer, "negating properties together with patternProperties")
-        branches = [_others("object")]
         for name, value in schema["properties"].items():
-            branches.append({"type": "object", "required": [name], "properties": {name: negate(value, resolver, base, _child(pointer, "properties", name))}})
-        options.append({"anyOf": branches})
+            options.append({"type": "object", "required": [name], "properties": {name: negate(value, resolver, base, _child(pointer, "properties", name))}})
     if use("items"):
         if "prefixItems" in keys or isinstance(schema["items"], list):
             raise NegationError(pointer, "negating items together with prefixItems")
-        options.append({"anyOf": [_others("array"), {"type": "array", "contains": negate(schema["items"], resolver, base, _child(pointer, "items"))}]})
+        options.append({"type": "array", "contains": negate(schema["items"], resolver, base, _child(pointer, "items"))})
     if use("contains"):
         if "minContains" in keys or "maxContains" in keys:
             raise NegationError(pointer, "negating minContains/maxContains")
-        options.append({"anyOf": [_others("array"), {"type": "array", "items": negate(schema["contains"], resolver, base, _child(pointer, "contains"))}]})
+        options.append({"type": "array", "items": negate(schema["contains"], resolver, base, _child(pointer, "contains"))})
     if use("uniqueItems") and schema["uniqueItems"] is True:
         raise NegationError(pointer, "negating uniqueItems")
     if use("allOf"):

@@ -451,3 +451,43 @@ def test_references_to_rules_with_no_finite_value_are_dropped_wherever_they_are_
     grammar = grammar_from_schema(schema)
     assert grammar.accepts('{"a":1,"b":"y"}') and grammar.accepts('{"b":"x"}')
     assert not grammar.accepts('{"a":{"next":{}}}') and not grammar.accepts('{"b":{"v":1}}')
+
+
+# A keyword that constrains one type says nothing about the others, so its negation holds
+# only for values of that type (``not: {minLength: 2}`` rejects 3).
+TYPED_KEYWORDS = {
+    "minLength": {"minLength": 2},
+    "maxLength": {"maxLength": 1},
+    "minimum": {"minimum": 2},
+    "maximum": {"maximum": 2},
+    "exclusiveMinimum": {"exclusiveMinimum": 2},
+    "exclusiveMaximum": {"exclusiveMaximum": 2},
+    "minItems": {"minItems": 2},
+    "maxItems": {"maxItems": 1},
+    "items": {"items": {"type": "integer"}},
+    "contains": {"contains": {"type": "integer"}},
+    "minProperties": {"minProperties": 2},
+    "maxProperties": {"maxProperties": 1},
+    "required": {"required": ["a"]},
+    "properties": {"properties": {"a": {"type": "integer"}}},
+}
+VALUES_OF_EVERY_TYPE = [
+    None, True, 0, 3, -1.5, 2.5, "", "a", "ab", "ba", "1.2.3.4", "x\u00e9y", [], [1], ["x"], [1, "x"], [1, 2],
+    {}, {"a": 1}, {"a": "x"}, {"b": 1}, {"a": 1, "b": 2},
+]
+
+
+@pytest.mark.parametrize("keyword", sorted(TYPED_KEYWORDS))
+@pytest.mark.parametrize("shape", ["not", "oneOf beside a type", "oneOf beside the keyword's type"])
+def test_negating_a_typed_keyword_leaves_the_other_types_alone(keyword, shape):
+    constraint = TYPED_KEYWORDS[keyword]
+    schema = {
+        "not": {"not": constraint},
+        "oneOf beside a type": {"oneOf": [constraint, {"type": "integer"}]},
+        "oneOf beside the keyword's type": {"oneOf": [constraint, {"type": ["string", "array", "object", "number"]}]},
+    }[shape]
+    grammar = grammar_from_schema(schema, property_order="any")
+    validator = validator_for_schema(schema)
+    wrong = [dumps(value) for value in VALUES_OF_EVERY_TYPE if grammar.accepts(dumps(value)) != validator.is_valid(value)]
+    assert not wrong, f"{schema}: decided differently from jsonschema: {wrong}"
+
