@@ -37,6 +37,7 @@ from surecall.engine.ir import (
     Alt,
     Bytes,
     ByteSet,
+    Complement,
     Intersect,
     Node,
     Ref,
@@ -585,6 +586,8 @@ class _Translator:
         excluded = [v for v in flat.exclude if isinstance(v, str)]
         if excluded:
             parts.append(strings_other_than(excluded))
+        if flat.not_matching:
+            parts.extend(self._not_matching(flat))
         if not parts:
             return ANY_STRING_BODY
         return parts[0] if len(parts) == 1 else Intersect(tuple(parts))
@@ -608,6 +611,19 @@ class _Translator:
         except (GrammarError, EncodingError, RecursionError) as error:
             self.unsupported("pattern", pointer, f"pattern {pattern!r}: {error}")
             return None
+
+    def _not_matching(self, flat: Flat) -> list[Node]:
+        """The bodies of strings matching none of ``flat.not_matching`` (from a negated
+        ``pattern`` or ``format``), as intersection items: the json.dumps spellings, so that
+        a body's spelling decides its decoded text, minus every spelling of a match."""
+        matches = []
+        for kind, value in flat.not_matching:
+            node = self._pattern(value, f"{flat.pointer}/pattern") if kind == "pattern" else self._format(value, flat.pointer)
+            if node is not None:
+                matches.append(node)
+        if not matches:
+            return []
+        return [star(COUNTED_STRING_CHAR), Complement(alt(*matches))]
 
     def _format(self, name: str, pointer: str) -> Node | None:
         if name not in FORMAT_PATTERNS:
@@ -791,7 +807,8 @@ class _Translator:
 
         The groups are read off the product of the pattern automata (over json.dumps
         spellings, so a key's spelling decides its decoded text) and written as right-linear
-        rules: a regular language has no complement node in the IR.
+        rules: exploring the product finds which of the groups (one per set of patterns)
+        any key falls in, and gives each one's language with it.
         """
         from surecall.engine.automaton import DEAD
 

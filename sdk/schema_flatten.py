@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
+from .formats import FORMAT_PATTERNS
 from .schema_numbers import NumberConstraintError, to_decimal
 
 TYPE_ATOMS = frozenset({"null", "boolean", "integer", "nonint", "string", "array", "object"})
@@ -86,6 +87,7 @@ KEYWORDS = frozenset(
         "minContains", "maxContains", "uniqueItems", "minLength", "maxLength", "pattern", "format",
         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "allOf", "anyOf",
         "oneOf", "not", "if", "then", "else", "$ref", "__types__", "__exclude__", "__key_outside__",
+        "__not_matching__",
     }
 ) | UNSUPPORTED_KEYWORDS
 
@@ -133,6 +135,8 @@ class Flat:
     max_length: int | None = None
     string_patterns: list = field(default_factory=list)
     formats: list = field(default_factory=list)
+    # strings matching none of these: ("pattern", regex) or ("format", name), from negations
+    not_matching: list = field(default_factory=list)
     # numbers
     lower: tuple | None = None
     upper: tuple | None = None
@@ -289,6 +293,7 @@ class Normalizer:
         m.max_length = _min_opt(a.max_length, b.max_length)
         m.string_patterns = a.string_patterns + [p for p in b.string_patterns if p not in a.string_patterns]
         m.formats = a.formats + [f for f in b.formats if f not in a.formats]
+        m.not_matching = a.not_matching + [c for c in b.not_matching if c not in a.not_matching]
         m.lower = _tighter(a.lower, b.lower, lower=True)
         m.upper = _tighter(a.upper, b.upper, lower=False)
         m.multiples = a.multiples + [q for q in b.multiples if q not in a.multiples]
@@ -412,6 +417,10 @@ class Normalizer:
             flat.string_patterns = [schema["pattern"]]
         if "format" in schema and isinstance(schema["format"], str):
             flat.formats = [schema["format"]]
+        if "__not_matching__" in schema:
+            flat.not_matching = [tuple(condition) for condition in schema["__not_matching__"]]
+            # What enum values are checked against (jsonschema does not know the internal keyword).
+            flat.sources.append(({"not": {"anyOf": [{kind: value} for kind, value in flat.not_matching]}}, base))
         # numbers (draft 4 spells exclusive bounds as booleans next to minimum/maximum)
         try:
             flat.lower = self._bound(schema, "minimum", "exclusiveMinimum", lower=True)
@@ -631,6 +640,17 @@ class NegationError(ValueError):
         self.pointer = pointer
 
 
+def _negatable_format(name: Any) -> bool:
+    """Whether a ``format`` can be negated: one surecall enforces, or an annotation (it
+    constrains nothing, so its negation adds nothing); not one jsonschema checks that
+    surecall cannot enforce."""
+    if not isinstance(name, str) or name in FORMAT_PATTERNS:
+        return True
+    from .validation import checked_formats
+
+    return name not in checked_formats()
+
+
 def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
     """A schema (possibly using ``__types__``/``__exclude__``) matching exactly the values ``schema`` rejects."""
     if schema is True:
@@ -722,6 +742,14 @@ def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
         options.append({"type": "array", "items": negate(schema["contains"], resolver, base, _child(pointer, "contains"))})
     if use("uniqueItems") and schema["uniqueItems"] is True:
         raise NegationError(pointer, "negating uniqueItems")
+    if use("pattern"):
+        options.append({"type": "string", "__not_matching__": [("pattern", schema["pattern"])]})
+    if "format" in keys and _negatable_format(schema["format"]):
+        handled.add("format")
+        if schema["format"] in FORMAT_PATTERNS:
+            options.append({"type": "string", "__not_matching__": [("format", schema["format"])]})
+    if use("__not_matching__"):
+        options.append({"type": "string", "anyOf": [{kind: value} for kind, value in schema["__not_matching__"]]})
     if use("allOf"):
         options.extend(negate(member, resolver, base, _child(pointer, "allOf", i)) for i, member in enumerate(schema["allOf"]))
     if use("anyOf"):

@@ -458,6 +458,8 @@ def test_references_to_rules_with_no_finite_value_are_dropped_wherever_they_are_
 TYPED_KEYWORDS = {
     "minLength": {"minLength": 2},
     "maxLength": {"maxLength": 1},
+    "pattern": {"pattern": "^a"},
+    "format": {"format": "ipv4"},
     "minimum": {"minimum": 2},
     "maximum": {"maximum": 2},
     "exclusiveMinimum": {"exclusiveMinimum": 2},
@@ -491,3 +493,59 @@ def test_negating_a_typed_keyword_leaves_the_other_types_alone(keyword, shape):
     wrong = [dumps(value) for value in VALUES_OF_EVERY_TYPE if grammar.accepts(dumps(value)) != validator.is_valid(value)]
     assert not wrong, f"{schema}: decided differently from jsonschema: {wrong}"
 
+
+NEGATED_STRING_SCHEMAS = [
+    {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
+    {"type": "string", "not": {"pattern": "[0-9]{2}"}},
+    {"type": "string", "maxLength": 4, "not": {"anyOf": [{"pattern": "^ab"}, {"format": "ipv4"}]}},
+    {"not": {"format": "date"}},
+    {"enum": ["a", "ab", "b", "c"], "not": {"pattern": "a|^c"}},
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    index=st.integers(0, len(NEGATED_STRING_SCHEMAS) - 1),
+    text=st.one_of(
+        st.text(alphabet="ab0129.-\"\\\u00e9\u4e2d", max_size=7),
+        st.sampled_from(["1.2.3.4", "2024-02-29", "2023-02-29", "ab", "ba", "b", "a"]),
+    ),
+)
+def test_negated_patterns_and_formats_decide_strings_as_jsonschema_does(index, text):
+    schema = NEGATED_STRING_SCHEMAS[index]
+    grammar = grammar_from_schema(schema, property_order="any")
+    assert grammar.accepts(dumps(text)) == validator_for_schema(schema).is_valid(text)
+
+
+def test_generation_under_a_negated_pattern_writes_only_strings_that_do_not_match():
+    schema = {"type": "string", "not": {"pattern": "^[a-c]+$"}, "maxLength": 3}
+    grammar = grammar_from_schema(schema)
+    validator = validator_for_schema(schema)
+    automaton = grammar.automaton
+    # Every string of a, b, c and d up to three long, written as the generator spells it.
+    for length in range(4):
+        for letters in __import__("itertools").product("abcd", repeat=length):
+            text = "".join(letters)
+            config = automaton.step_bytes(automaton.initial, dumps(text).encode())
+            reached = config != DEAD and automaton.is_accepting(config)
+            assert reached == validator.is_valid(text), text
+
+
+@pytest.mark.parametrize("index", range(len(NEGATED_STRING_SCHEMAS)))
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_sampled_strings_under_negations_validate(index, seed):
+    import random
+
+    from surecall.engine.matcher import Matcher
+    from surecall.engine.vocab import TokenVocabulary
+
+    schema = NEGATED_STRING_SCHEMAS[index]
+    tokens = [b"<eos>"] + [bytes([b]) for b in range(256)] + [b'"ab', b"ab", b'1.2.', b"3.4", b'"2024-', b"02-29", b'b"']
+    vocab = TokenVocabulary(tokens, special_ids={0}, eos_token_ids={0})
+    rng = random.Random(seed)
+    matcher = Matcher(grammar_from_schema(schema), vocab, max_tokens=24)
+    while not matcher.is_finished() and not (matcher.is_accepting() and rng.random() < 0.3):
+        matcher.advance(rng.choice(matcher.allowed_token_ids().tolist()))
+    assert matcher.is_accepting()
+    assert validator_for_schema(schema).is_valid(json.loads(matcher.text_bytes()))
