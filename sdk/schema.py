@@ -728,6 +728,10 @@ class _Translator:
     # -- objects --------------------------------------------------------------------------------
     def _object(self, flat: Flat) -> Node:
         listed = list(flat.props) + [name for name in flat.required if name not in flat.props]
+        # A key "outside these properties" must not be one of them written as an additional
+        # key: they are listed, so that the additional keys are exactly the others.
+        for names in flat.key_outside:
+            listed += sorted(name for name in names if name not in listed)
         required = set(flat.required)
         names_ok = self._property_name_check(flat)
         members: dict[str, Node] = {}

@@ -142,6 +142,11 @@ CASES = {
     ),
     "not": ({"not": {"type": "string"}}, [1, None, [], {}], ["a"]),
     "not enum": ({"type": ["string", "integer"], "not": {"enum": ["a", 1]}}, ["b", 2, "aa"], ["a", 1]),
+    "not closed object": (
+        {"not": {"properties": {"a": {"type": "integer"}}, "additionalProperties": False}},
+        [{"a": "x"}, {"a": 1, "b": 1}, {"b": None}],
+        [{"a": 1}, {}, 3, "s"],
+    ),
     "if/then/else": (
         {"if": {"type": "integer"}, "then": {"minimum": 0}, "else": {"type": "string"}},
         [0, 5, "x"],
