@@ -12,6 +12,7 @@ which is what lets recursive schemas stay recursive.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -474,7 +475,7 @@ class Normalizer:
 
     def _negation_or_relax(self, schema: Any, base: str, pointer: str, keyword: str, depth: int) -> list[Flat] | None:
         try:
-            negated = negate(schema, self.resolver, base, pointer)
+            negated = negate(schema, self.resolver, base, pointer, self.conditionals)
         except NegationError as error:
             self.reporter.unsupported(keyword, error.pointer, f"cannot express the negation: {error}")
             return None
@@ -634,6 +635,10 @@ def _forbids(flat: Flat, name: str) -> bool:
     return flat.additional is not None and flat.additional.is_false()
 
 
+#: The most oneOf branches a negation takes: "two at once" is one alternative per pair.
+MAX_NEGATED_ONE_OF = 8
+
+
 class NegationError(ValueError):
     def __init__(self, pointer: str, message: str) -> None:
         super().__init__(message)
@@ -651,7 +656,7 @@ def _negatable_format(name: Any) -> bool:
     return name not in checked_formats()
 
 
-def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
+def negate(schema: Any, resolver, base: str, pointer: str, conditionals: bool = True) -> Any:
     """A schema (possibly using ``__types__``/``__exclude__``) matching exactly the values ``schema`` rejects."""
     if schema is True:
         return False
@@ -665,8 +670,8 @@ def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
         if target_base != base:
             raise NegationError(pointer, "a $ref into another document")
         if rest:
-            return {"anyOf": [negate(target, resolver, base, target_pointer), negate(rest, resolver, base, pointer)]}
-        return negate(target, resolver, base, target_pointer)
+            return {"anyOf": [negate(target, resolver, base, target_pointer, conditionals), negate(rest, resolver, base, pointer, conditionals)]}
+        return negate(target, resolver, base, target_pointer, conditionals)
     options: list[Any] = []
     keys = set(_constraint_keys(schema))
     handled: set = set()
@@ -731,15 +736,15 @@ def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
         if "patternProperties" in keys:
             raise NegationError(pointer, "negating properties together with patternProperties")
         for name, value in schema["properties"].items():
-            options.append({"type": "object", "required": [name], "properties": {name: negate(value, resolver, base, _child(pointer, "properties", name))}})
+            options.append({"type": "object", "required": [name], "properties": {name: negate(value, resolver, base, _child(pointer, "properties", name), conditionals)}})
     if use("items"):
         if "prefixItems" in keys or isinstance(schema["items"], list):
             raise NegationError(pointer, "negating items together with prefixItems")
-        options.append({"type": "array", "contains": negate(schema["items"], resolver, base, _child(pointer, "items"))})
+        options.append({"type": "array", "contains": negate(schema["items"], resolver, base, _child(pointer, "items"), conditionals)})
     if use("contains"):
         if "minContains" in keys or "maxContains" in keys:
             raise NegationError(pointer, "negating minContains/maxContains")
-        options.append({"type": "array", "items": negate(schema["contains"], resolver, base, _child(pointer, "contains"))})
+        options.append({"type": "array", "items": negate(schema["contains"], resolver, base, _child(pointer, "contains"), conditionals)})
     if use("uniqueItems") and schema["uniqueItems"] is True:
         raise NegationError(pointer, "negating uniqueItems")
     if use("pattern"):
@@ -751,11 +756,27 @@ def negate(schema: Any, resolver, base: str, pointer: str) -> Any:
     if use("__not_matching__"):
         options.append({"type": "string", "anyOf": [{kind: value} for kind, value in schema["__not_matching__"]]})
     if use("allOf"):
-        options.extend(negate(member, resolver, base, _child(pointer, "allOf", i)) for i, member in enumerate(schema["allOf"]))
+        options.extend(negate(member, resolver, base, _child(pointer, "allOf", i), conditionals) for i, member in enumerate(schema["allOf"]))
     if use("anyOf"):
-        options.append({"allOf": [negate(member, resolver, base, _child(pointer, "anyOf", i)) for i, member in enumerate(schema["anyOf"])]})
+        options.append({"allOf": [negate(member, resolver, base, _child(pointer, "anyOf", i), conditionals) for i, member in enumerate(schema["anyOf"])]})
     if use("not"):
         options.append(schema["not"])
+    if use("oneOf"):
+        # none of the branches, or two of them at once
+        branches = schema["oneOf"]
+        if len(branches) > MAX_NEGATED_ONE_OF:
+            raise NegationError(pointer, f"negating a oneOf of more than {MAX_NEGATED_ONE_OF} branches")
+        options.append({"allOf": [negate(branch, resolver, base, _child(pointer, "oneOf", i), conditionals) for i, branch in enumerate(branches)]})
+        options.extend({"allOf": [branches[i], branches[j]]} for i, j in itertools.combinations(range(len(branches)), 2))
+    if use("if", "then", "else") and conditionals and "if" in schema:
+        # (if and not then) or (not if and not else); a missing branch holds for every value
+        if "then" in schema:
+            options.append({"allOf": [schema["if"], negate(schema["then"], resolver, base, _child(pointer, "then"), conditionals)]})
+        if "else" in schema:
+            options.append({"allOf": [
+                negate(schema["if"], resolver, base, _child(pointer, "if"), conditionals),
+                negate(schema["else"], resolver, base, _child(pointer, "else"), conditionals),
+            ]})
     unhandled = keys - handled - {"exclusiveMinimum", "exclusiveMaximum"} - {"minContains", "maxContains"}
     if unhandled:
         keyword = sorted(unhandled)[0]

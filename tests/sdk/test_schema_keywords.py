@@ -142,6 +142,22 @@ CASES = {
     ),
     "not": ({"not": {"type": "string"}}, [1, None, [], {}], ["a"]),
     "not enum": ({"type": ["string", "integer"], "not": {"enum": ["a", 1]}}, ["b", 2, "aa"], ["a", 1]),
+    "not oneOf": (
+        {"not": {"oneOf": [{"type": "integer"}, {"minimum": 2}, {"type": "string", "maxLength": 1}]}},
+        [2, 3, 1.5, "a", ""],
+        [1, -3, 2.5, "ab", None, {"a": 1}],
+    ),
+    "oneOf inside oneOf": (
+        {"oneOf": [{"oneOf": [{"type": "integer"}, {"minimum": 2}]}, {"maximum": 0}]},
+        [1, 2.5, -0.5],
+        [2, -1, "s", None],
+    ),
+    "not if/then/else": (
+        {"not": {"if": {"type": "integer"}, "then": {"minimum": 0}, "else": {"type": "string"}}},
+        [-1, None, 1.5, []],
+        [0, 5, "x"],
+    ),
+    "not if/then": ({"not": {"if": {"type": "string"}, "then": {"minLength": 2}}}, ["a", ""], ["ab", 1, None]),
     "not closed object": (
         {"not": {"properties": {"a": {"type": "integer"}}, "additionalProperties": False}},
         [{"a": "x"}, {"a": 1, "b": 1}, {"b": None}],
