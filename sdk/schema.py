@@ -561,6 +561,7 @@ class _Translator:
                 multiple=multiple,
                 non_integer=non_integer,
                 excluded=tuple(excluded),
+                not_multiples=tuple(to_decimal(step) for kind, step in flat.not_matching if kind == "multipleOf"),
             )
         except NumberConstraintError as error:
             self.unsupported("multipleOf", flat.pointer, str(error))
@@ -618,7 +619,12 @@ class _Translator:
         a body's spelling decides its decoded text, minus every spelling of a match."""
         matches = []
         for kind, value in flat.not_matching:
-            node = self._pattern(value, f"{flat.pointer}/pattern") if kind == "pattern" else self._format(value, flat.pointer)
+            if kind == "pattern":
+                node = self._pattern(value, f"{flat.pointer}/pattern")
+            elif kind == "format":
+                node = self._format(value, flat.pointer)
+            else:
+                continue
             if node is not None:
                 matches.append(node)
         if not matches:

@@ -136,7 +136,8 @@ class Flat:
     max_length: int | None = None
     string_patterns: list = field(default_factory=list)
     formats: list = field(default_factory=list)
-    # strings matching none of these: ("pattern", regex) or ("format", name), from negations
+    # values matching none of these, from negations: ("pattern", regex) or ("format", name) for
+    # strings, ("multipleOf", step) for numbers
     not_matching: list = field(default_factory=list)
     # numbers
     lower: tuple | None = None
@@ -635,6 +636,9 @@ def _forbids(flat: Flat, name: str) -> bool:
     return flat.additional is not None and flat.additional.is_false()
 
 
+#: The type each keyword of ``__not_matching__`` is about.
+_NOT_MATCHING_TYPE = {"pattern": "string", "format": "string", "multipleOf": "number"}
+
 #: The most oneOf branches a negation takes: "two at once" is one alternative per pair.
 MAX_NEGATED_ONE_OF = 8
 
@@ -753,8 +757,10 @@ def negate(schema: Any, resolver, base: str, pointer: str, conditionals: bool = 
         handled.add("format")
         if schema["format"] in FORMAT_PATTERNS:
             options.append({"type": "string", "__not_matching__": [("format", schema["format"])]})
+    if use("multipleOf"):
+        options.append({"type": "number", "__not_matching__": [("multipleOf", schema["multipleOf"])]})
     if use("__not_matching__"):
-        options.append({"type": "string", "anyOf": [{kind: value} for kind, value in schema["__not_matching__"]]})
+        options.append({"anyOf": [{"type": _NOT_MATCHING_TYPE[kind], kind: value} for kind, value in schema["__not_matching__"]]})
     if use("allOf"):
         options.extend(negate(member, resolver, base, _child(pointer, "allOf", i), conditionals) for i, member in enumerate(schema["allOf"]))
     if use("anyOf"):

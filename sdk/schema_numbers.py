@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
-from surecall.engine.ir import EMPTY, NOTHING, Intersect, Node, alt, chars, literal, optional, plus, repeat, seq, star
+from surecall.engine.ir import EMPTY, NOTHING, Complement, Intersect, Node, alt, chars, literal, optional, plus, repeat, seq, star
 
 DIGIT = chars([(0x30, 0x39)])
 NONZERO_DIGIT = chars([(0x31, 0x39)])
@@ -163,10 +163,12 @@ def number_language(
     multiple: object | None = None,
     non_integer: bool = False,
     excluded: tuple[Decimal, ...] = (),
+    not_multiples: tuple[Decimal, ...] = (),
 ) -> Node:
     """The texts of numbers meeting every given constraint.
 
-    ``lower``/``upper`` are ``(bound, exclusive)``; ``excluded`` are values the number must not equal.
+    ``lower``/``upper`` are ``(bound, exclusive)``; ``excluded`` are values the number must not
+    equal, ``not_multiples`` steps it must not be a multiple of (from a negated ``multipleOf``).
     """
     parts: list[Node] = []
     if lower is not None:
@@ -181,6 +183,11 @@ def number_language(
         parts.append(NON_INTEGER)
     for value in excluded:
         parts.append(alt(value_compare(value, "<", integer), value_compare(value, ">", integer)))
+    if not_multiples:
+        # Among the plain spellings (those multiple_of writes, every one of each multiple), the
+        # ones no spelling of a multiple is.
+        parts.append(number_syntax(integer=integer, exponent=False))
+        parts.extend(Complement(multiple_of(step, integer)) for step in not_multiples)
     if not parts:
         return number_syntax(integer=integer, exponent=True)
     if integer and multiple is None and lower is None and upper is None:

@@ -27,6 +27,7 @@ _leaf_keywords = st.one_of(
     st.builds(lambda k, n: {k: n}, st.sampled_from(["minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"]), _counts),
     st.builds(lambda k, n: {k: n}, st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]), _numbers),
     st.builds(lambda p: {"pattern": p}, st.sampled_from(["^a", "b$", "^[a-c]+$", "\\."])),
+    st.builds(lambda m: {"multipleOf": m}, st.sampled_from([2, 5, 0.1])),
     st.builds(lambda f: {"format": f}, st.sampled_from(["ipv4", "date"])),
     st.builds(lambda names: {"required": names}, st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2, unique=True)),
 )

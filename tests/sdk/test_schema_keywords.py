@@ -158,6 +158,8 @@ CASES = {
         [0, 5, "x"],
     ),
     "not if/then": ({"not": {"if": {"type": "string"}, "then": {"minLength": 2}}}, ["a", ""], ["ab", 1, None]),
+    "not multipleOf": ({"not": {"multipleOf": 2}}, [1, 3, 2.5, -1, 0.5], [2, 4, 0, -4, 2.0, "a", None]),
+    "oneOf of multipleOfs": ({"oneOf": [{"multipleOf": 2}, {"multipleOf": 0.1}]}, [2.5, 0.3, -1.7], [4, 0, 3.14, "a", 0.05]),
     "not closed object": (
         {"not": {"properties": {"a": {"type": "integer"}}, "additionalProperties": False}},
         [{"a": "x"}, {"a": 1, "b": 1}, {"b": None}],
@@ -481,6 +483,7 @@ TYPED_KEYWORDS = {
     "maxLength": {"maxLength": 1},
     "pattern": {"pattern": "^a"},
     "format": {"format": "ipv4"},
+    "multipleOf": {"multipleOf": 2},
     "minimum": {"minimum": 2},
     "maximum": {"maximum": 2},
     "exclusiveMinimum": {"exclusiveMinimum": 2},
