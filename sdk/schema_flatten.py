@@ -649,6 +649,23 @@ class NegationError(ValueError):
         self.pointer = pointer
 
 
+def _unequal(value: list | dict) -> dict:
+    """The values other than the array or object ``value`` (equal as JSON Schema compares:
+    items in order, members regardless of order, numbers by value)."""
+    if isinstance(value, list):
+        options: list = [{"__types__": sorted(TYPE_ATOMS - {"array"})}, {"type": "array", "minItems": len(value) + 1}]
+        if value:
+            options.append({"type": "array", "maxItems": len(value) - 1})
+        for i, item in enumerate(value):
+            options.append({"type": "array", "minItems": i + 1, "prefixItems": [True] * i + [{"not": {"const": item}}]})
+        return {"anyOf": options}
+    options = [{"__types__": sorted(TYPE_ATOMS - {"object"})}, {"type": "object", "__key_outside__": sorted(value)}]
+    for key, item in value.items():
+        options.append({"type": "object", "properties": {key: False}})
+        options.append({"type": "object", "required": [key], "properties": {key: {"not": {"const": item}}}})
+    return {"anyOf": options}
+
+
 def _negatable_format(name: Any) -> bool:
     """Whether a ``format`` can be negated: one surecall enforces, or an annotation (it
     constrains nothing, so its negation adds nothing); not one jsonschema checks that
@@ -697,9 +714,9 @@ def negate(schema: Any, resolver, base: str, pointer: str, conditionals: bool = 
         values = list(schema.get("enum", []))
         if "const" in schema:
             values = [schema["const"]] if "enum" not in schema else [v for v in values if _equal(v, schema["const"])]
-        if any(isinstance(v, (dict, list)) for v in values):
-            raise NegationError(pointer, "excluding array or object values")
-        options.append({"__exclude__": values})
+        scalars = [v for v in values if not isinstance(v, (dict, list))]
+        compounds = [_unequal(v) for v in values if isinstance(v, (dict, list))]
+        options.append({"allOf": [{"__exclude__": scalars}, *compounds]} if compounds else {"__exclude__": scalars})
     if use("__exclude__"):
         options.append({"enum": list(schema["__exclude__"])})
     for keyword, opposite, strict in (

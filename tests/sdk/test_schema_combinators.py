@@ -23,7 +23,7 @@ _numbers = st.sampled_from([0, 1, 2, 2.5])
 
 _leaf_keywords = st.one_of(
     st.builds(lambda t: {"type": t}, st.sampled_from(["string", "integer", "number", "array", "object", "null", ["string", "null"]])),
-    st.builds(lambda v: {"enum": v}, st.lists(st.sampled_from([None, 1, 2.5, "a", "ab", True]), min_size=1, max_size=3)),
+    st.builds(lambda v: {"enum": v}, st.lists(st.sampled_from([None, 1, 2.5, "a", "ab", True, [1], [1, "a"], {"a": 1}, {}]), min_size=1, max_size=3)),
     st.builds(lambda k, n: {k: n}, st.sampled_from(["minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"]), _counts),
     st.builds(lambda k, n: {k: n}, st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]), _numbers),
     st.builds(lambda p: {"pattern": p}, st.sampled_from(["^a", "b$", "^[a-c]+$", "\\."])),

@@ -160,6 +160,11 @@ CASES = {
     "not if/then": ({"not": {"if": {"type": "string"}, "then": {"minLength": 2}}}, ["a", ""], ["ab", 1, None]),
     "not multipleOf": ({"not": {"multipleOf": 2}}, [1, 3, 2.5, -1, 0.5], [2, 4, 0, -4, 2.0, "a", None]),
     "oneOf of multipleOfs": ({"oneOf": [{"multipleOf": 2}, {"multipleOf": 0.1}]}, [2.5, 0.3, -1.7], [4, 0, 3.14, "a", 0.05]),
+    "not enum of arrays and objects": (
+        {"not": {"enum": [[1, {"a": "x"}], {"a": [1], "b": None}, "s"]}},
+        [[1, {"a": "y"}], [1, {"a": "x"}, 2], [{"a": "x"}, 1], {"a": [1]}, {"a": [1], "b": None, "c": 1}, {"a": [2], "b": None}, "t", 1],
+        [[1.0, {"a": "x"}], {"b": None, "a": [1]}, "s"],
+    ),
     "not closed object": (
         {"not": {"properties": {"a": {"type": "integer"}}, "additionalProperties": False}},
         [{"a": "x"}, {"a": 1, "b": 1}, {"b": None}],
