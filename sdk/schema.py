@@ -20,6 +20,7 @@ documents against the grammar needs (see ``_Translator._any_order_members``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -59,6 +60,7 @@ from .schema_flatten import (
     Flat,
     Normalizer,
     Part,
+    SomeMember,
     Sub,
     and_subs,
     member_of as _member,
@@ -111,6 +113,9 @@ ANY_ORDER_MAX_PROPERTIES = 8
 
 ANY_ORDER_MAX_LITERAL_MEMBERS = 5
 """Objects in ``enum``/``const`` with at most this many members are accepted in any order (``property_order="any"``)."""
+
+MAX_COUNTED_WANTED_EXTRAS = 16
+"""Most additional members, under ``maxProperties``, among which a negation's wanted member is placed."""
 
 MAX_SCHEMA_NESTING = 64
 """Most subschemas nested inside one another that are translated (recursion through a plain
@@ -483,7 +488,10 @@ class _Translator:
             return self._ref(flat.ref)
         types = flat.types if flat.types is not None else TYPE_ATOMS
         if flat.enum is not None:
-            values = [v for v in flat.enum if not _member(v, flat.exclude) and self._valid(v, flat.sources)]
+            values = [
+                v for v in flat.enum
+                if not _member(v, flat.exclude) and self._valid(v, flat.sources) and all(self._has_wanted(v, c) for c in flat.some_member)
+            ]
             return alt(*(self.value_literal(v) for v in values)) if values else NOTHING
         excluded = flat.exclude
         options: list[Node] = []
@@ -504,6 +512,17 @@ class _Translator:
         if "object" in types:
             options.append(self._object(flat))
         return alt(*options) if options else NOTHING
+
+    def _has_wanted(self, value: Any, wanted: SomeMember) -> bool:
+        """Whether ``value`` (not an object: trivially) has the member ``wanted`` asks for."""
+        if not isinstance(value, dict):
+            return True
+        return any(
+            (wanted.outside is None or key not in wanted.outside)
+            and (wanted.names is None or self._valid(key, [(part.schema, part.base) for part in wanted.names.parts]))
+            and (wanted.value is None or self._valid(item, [(part.schema, part.base) for part in wanted.value.parts]))
+            for key, item in value.items()
+        )
 
     def _valid(self, value: Any, sources: list) -> bool:
         if self._validator is None:
@@ -733,37 +752,66 @@ class _Translator:
 
     # -- objects --------------------------------------------------------------------------------
     def _object(self, flat: Flat) -> Node:
+        wanted = None
+        if flat.some_member:
+            if len(flat.some_member) > 1:
+                self.unsupported("not", flat.pointer, "several 'some member of this kind' conditions on one object")
+            else:
+                wanted = flat.some_member[0]
         listed = list(flat.props) + [name for name in flat.required if name not in flat.props]
-        # A key "outside these properties" must not be one of them written as an additional
-        # key: they are listed, so that the additional keys are exactly the others.
-        for names in flat.key_outside:
-            listed += sorted(name for name in names if name not in listed)
+        # The keys a wanted member must avoid are listed, so that the additional keys are
+        # exactly the others (none of them written as an additional key).
+        if wanted is not None and wanted.outside:
+            listed += sorted(name for name in wanted.outside if name not in listed)
         required = set(flat.required)
         names_ok = self._property_name_check(flat)
         members: dict[str, Node] = {}
+        hits: dict[str, Node] = {}
         for name in listed:
             value_schema = flat_value_schema(flat, name)
             if not names_ok(name) or (value_schema is not None and value_schema.is_false()):
                 if name in required:
                     return NOTHING
                 continue
-            value = self.translate_sub(value_schema) if value_schema is not None else self.json_value()
-            members[name] = self._shared(seq('"', encode_text(name), '"', self._colon(), value), "member")
+            members[name] = self._shared(self._named_member(name, value_schema), "member")
+            if wanted is not None:
+                hits[name] = self._wanted_member(wanted, name, value_schema, members[name])
         extra = self._shared(self._extra_member(flat, listed), "extra")
+        extra_hit = None if wanted is None else self._wanted_extra(flat, listed, wanted, extra)
         lo, hi = flat.min_props, flat.max_props
         if hi is not None and hi < lo:
             return NOTHING
-        inside = None
-        if flat.key_outside:
-            if len(flat.key_outside) > 1:
-                self.unsupported("not", flat.pointer, "several 'some key outside these properties' conditions on one object")
-            else:
-                inside = flat.key_outside[0]
         if self.property_order == "any":
-            body = self._any_order_members(flat, members, required, extra, lo, hi, inside)
+            body = self._any_order_members(flat, members, required, extra, lo, hi, hits, extra_hit)
         else:
-            body = self._ordered_members(members, required, extra, lo, hi, inside)
+            body = self._ordered_members(members, required, extra, lo, hi, hits, extra_hit, flat.pointer)
         return seq("{", self.ws, body, self.ws, "}")
+
+    def _named_member(self, name: str, value_schema) -> Node:
+        value = self.translate_sub(value_schema) if value_schema is not None else self.json_value()
+        return seq('"', encode_text(name), '"', self._colon(), value)
+
+    def _wanted_member(self, wanted: SomeMember, name: str, value_schema, member: Node) -> Node:
+        """Member ``name`` written so that it is the member ``wanted`` asks for (NOTHING if it cannot be)."""
+        if wanted.outside is not None and name in wanted.outside:
+            return NOTHING
+        if wanted.names is not None and not self._valid(name, [(part.schema, part.base) for part in wanted.names.parts]):
+            return NOTHING
+        if wanted.value is None:
+            return member
+        return self._shared(self._named_member(name, and_subs(value_schema, wanted.value)), "member")
+
+    def _wanted_extra(self, flat: Flat, listed: list[str], wanted: SomeMember, extra: Node) -> Node:
+        """An additional member that is the member ``wanted`` asks for."""
+        if wanted.names is None and wanted.value is None:
+            return extra  # every additional key is outside the listed ones
+        narrowed = dataclasses.replace(
+            flat,
+            property_names=and_subs(flat.property_names, wanted.names),
+            additional=and_subs(flat.additional, wanted.value) if flat.additional is not None else wanted.value,
+            patterns={pattern: and_subs(sub, wanted.value) for pattern, sub in flat.patterns.items()},
+        )
+        return self._shared(self._extra_member(narrowed, listed), "extra")
 
     def _property_name_check(self, flat: Flat):
         if flat.property_names is None:
@@ -907,17 +955,18 @@ class _Translator:
         return seq('"', keys, '"', self._colon(), value)
 
     def _ordered_members(
-        self, members: dict, required: set, extra: Node, lo: int, hi: int | None, inside: frozenset | None
+        self, members: dict, required: set, extra: Node, lo: int, hi: int | None, hits: dict, extra_hit: Node | None,
+        pointer: str,
     ) -> Node:
         """Listed properties in schema order, then the additional ones.
 
-        ``inside``: if given, at least one written key must lie outside this set (from a negated
-        ``additionalProperties: false``).
+        ``hits``/``extra_hit``: with ``extra_hit`` given, at least one written member must be
+        one of these forms of a listed or an additional member (a member a negation asks for).
         """
         names = list(members)
         cap = max(1, lo, hi or 0)
         # Named states let the automaton builder share the common tails instead of copying them.
-        use_rules = cap > 1 or len(names) > 4 or inside is not None
+        use_rules = cap > 1 or len(names) > 4 or extra_hit is not None
         memo: dict[tuple[int, int, bool], Node] = {}
 
         def state(i: int, count: int, found: bool) -> Node:
@@ -925,14 +974,17 @@ class _Translator:
             if key in memo:
                 return memo[key]
             if i == len(names):
-                node = self._extras_tail(extra, count, lo, hi, at_least=0 if found else 1)
+                node = self._extras_tail(extra, count, lo, hi) if found else self._extras_tail_with(extra, extra_hit, count, lo, hi, pointer)
             else:
                 name = names[i]
-                member = seq(self._sep() if count else EMPTY, members[name])
+                sep = self._sep() if count else EMPTY
                 can_emit = hi is None or count < hi
                 next_count = min(count + 1, cap)
-                next_found = found or name not in inside
-                if next_count == count and next_found == found:
+                hit = NOTHING if found else hits.get(name, NOTHING)
+                # A member that is always the wanted one counts as found on its only way.
+                plain_found = found or hit is members[name]
+                if next_count == count and plain_found == found and hit == NOTHING:
+                    member = seq(sep, members[name])
                     node = seq(member if name in required else optional(member), state(i + 1, count, found)) if can_emit else (
                         NOTHING if name in required else state(i + 1, count, found)
                     )
@@ -941,7 +993,9 @@ class _Translator:
                     if name not in required:
                         options.append(state(i + 1, count, found))
                     if can_emit:
-                        options.append(seq(member, state(i + 1, next_count, next_found)))
+                        options.append(seq(sep, members[name], state(i + 1, next_count, plain_found)))
+                        if hit != NOTHING and not plain_found:
+                            options.append(seq(sep, hit, state(i + 1, next_count, True)))
                     node = alt(*options) if options else NOTHING
             if use_rules and node not in (NOTHING, EMPTY):
                 rule = self._name("props")
@@ -950,7 +1004,7 @@ class _Translator:
             memo[key] = node
             return node
 
-        return state(0, 0, inside is None)
+        return state(0, 0, extra_hit is None)
 
     def _extras_tail(self, extra: Node, count: int, lo: int, hi: int | None, at_least: int = 0) -> Node:
         low = max(0, lo - count, at_least)
@@ -964,8 +1018,41 @@ class _Translator:
         first = seq(extra, repeat(seq(self._sep(), extra), max(low - 1, 0), None if high is None else high - 1))
         return alt(EMPTY, first) if low == 0 else first
 
+    def _extras_tail_with(self, extra: Node, extra_hit: Node, count: int, lo: int, hi: int | None, pointer: str) -> Node:
+        """``_extras_tail`` with at least one of the additional members an ``extra_hit``."""
+        if extra_hit is extra:
+            return self._extras_tail(extra, count, lo, hi, at_least=1)
+        if extra_hit == NOTHING:
+            return NOTHING
+        low = max(0, lo - count, 1)
+        high = None if hi is None else hi - count
+        if high is not None and high < low:
+            return NOTHING
+        if high is not None and high > MAX_COUNTED_WANTED_EXTRAS:
+            self.unsupported("not", pointer, f"a wanted member among more than {MAX_COUNTED_WANTED_EXTRAS} counted additional members")
+            return NOTHING
+
+        def element(node: Node, first: bool) -> Node:
+            return node if first and not count else seq(self._sep(), node)
+
+        options = []
+        # ``before`` additional members, the wanted one, then the rest within the counts.
+        for before in range(low if high is None else high):
+            head = seq(*(element(extra, k == 0) for k in range(before)), element(extra_hit, before == 0))
+            rest_low = max(low - before - 1, 0)
+            rest_high = None if high is None else high - before - 1
+            options.append(seq(head, repeat(element(extra, False), rest_low, rest_high)))
+        if high is None:
+            # at least ``low`` before it: any number after
+            options.append(seq(
+                element(extra, True), repeat(element(extra, False), low - 1, None),
+                element(extra_hit, False), star(element(extra, False)),
+            ))
+        return alt(*options)
+
     def _any_order_members(
-        self, flat: Flat, members: dict, required: set, extra: Node, lo: int, hi: int | None, inside: frozenset | None
+        self, flat: Flat, members: dict, required: set, extra: Node, lo: int, hi: int | None, hits: dict,
+        extra_hit: Node | None,
     ) -> Node:
         """Listed properties in any order.
 
@@ -985,9 +1072,17 @@ class _Translator:
                 f"property_order='any' tracks at most {ANY_ORDER_MAX_PROPERTIES} properties per object",
             )
         untracked = [n for n in names if n not in tracked]
-        # free members keep the "key outside `inside`" condition as it is, or satisfy it
-        free_in = self._shared(alt(*(members[n] for n in untracked if inside is not None and n in inside)), "free")
-        free_out = self._shared(alt(*(members[n] for n in untracked if inside is None or n not in inside), extra), "free")
+        # Free members that leave "a wanted member was written" as it is, and those that make
+        # it so (a member that is always the wanted one only there).
+        wanting = extra_hit is not None
+        free_in = self._shared(alt(
+            *(members[n] for n in untracked if not wanting or hits[n] is not members[n]),
+            *((extra,) if wanting and extra_hit is not extra else ()),
+        ), "free")
+        free_out = self._shared(alt(
+            *(hits[n] if wanting else members[n] for n in untracked),
+            extra_hit if wanting else extra,
+        ), "free")
         cap = max(1, lo, hi or 0)
         required_bits = sum(1 << i for i, name in enumerate(tracked) if name in required)
         all_tracked = (1 << len(tracked)) - 1
@@ -1015,8 +1110,11 @@ class _Translator:
                 next_count = min(count + 1, cap)
                 for i, name in enumerate(tracked):
                     if not seen & (1 << i):
-                        next_found = found or name not in inside
-                        options.append(seq(sep, members[name], state(seen | (1 << i), next_count, next_found)))
+                        hit = hits.get(name, NOTHING) if wanting else members[name]
+                        plain_found = found or hit is members[name]
+                        options.append(seq(sep, members[name], state(seen | (1 << i), next_count, plain_found)))
+                        if not plain_found and hit != NOTHING:
+                            options.append(seq(sep, hit, state(seen | (1 << i), next_count, True)))
                 for free, after in ((free_in, (seen, next_count, found)), (free_out, (seen, next_count, True))):
                     if free == NOTHING:
                         continue
@@ -1030,7 +1128,7 @@ class _Translator:
             self.rules[rule] = body
             return Ref(rule)
 
-        return state(0, 0, inside is None)
+        return state(0, 0, not wanting)
 
 
 def _co_reachable(targets: set, transitions: dict) -> set:

@@ -80,6 +80,17 @@ class Sub:
         return all(p.schema is True or (isinstance(p.schema, dict) and not _constraint_keys(p.schema)) for p in self.parts)
 
 
+@dataclass(frozen=True)
+class SomeMember:
+    """A member an object must have (what negating ``additionalProperties``,
+    ``patternProperties`` or ``propertyNames`` asks for): its key is none of ``outside`` and
+    meets ``names``, its value meets ``value`` (None: no condition)."""
+
+    outside: frozenset | None
+    names: Sub | None
+    value: Sub | None
+
+
 KEYWORDS = frozenset(
     {
         "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
@@ -87,7 +98,7 @@ KEYWORDS = frozenset(
         "dependencies", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "contains",
         "minContains", "maxContains", "uniqueItems", "minLength", "maxLength", "pattern", "format",
         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "allOf", "anyOf",
-        "oneOf", "not", "if", "then", "else", "$ref", "__types__", "__exclude__", "__key_outside__",
+        "oneOf", "not", "if", "then", "else", "$ref", "__types__", "__exclude__", "__some_member__",
         "__not_matching__",
     }
 ) | UNSUPPORTED_KEYWORDS
@@ -118,8 +129,8 @@ class Flat:
     additional: Sub | None = None
     patterns: dict = field(default_factory=dict)
     property_names: Sub | None = None
-    # each entry: the object must have a key outside this set of names
-    key_outside: list = field(default_factory=list)
+    # each entry (a SomeMember): the object must have such a member (from negations)
+    some_member: list = field(default_factory=list)
     min_props: int = 0
     max_props: int | None = None
     # arrays
@@ -324,7 +335,7 @@ class Normalizer:
         for pattern, sub in b.patterns.items():
             m.patterns[pattern] = and_subs(m.patterns.get(pattern), sub)
         m.property_names = and_subs(a.property_names, b.property_names)
-        m.key_outside = a.key_outside + [k for k in b.key_outside if k not in a.key_outside]
+        m.some_member = a.some_member + [c for c in b.some_member if c not in a.some_member]
         m.min_props = max(a.min_props, b.min_props)
         m.max_props = _min_opt(a.max_props, b.max_props)
 
@@ -383,8 +394,13 @@ class Normalizer:
             flat.patterns[pattern] = sub(value, "patternProperties", pattern)
         if "propertyNames" in schema:
             flat.property_names = sub(schema["propertyNames"], "propertyNames")
-        if "__key_outside__" in schema:
-            flat.key_outside = [frozenset(schema["__key_outside__"])]
+        if "__some_member__" in schema:
+            wanted = schema["__some_member__"]
+            flat.some_member = [SomeMember(
+                None if wanted.get("outside") is None else frozenset(wanted["outside"]),
+                None if wanted.get("names") is None else sub(wanted["names"], "__some_member__", "names"),
+                None if wanted.get("value") is None else sub(wanted["value"], "__some_member__", "value"),
+            )]
         if "minProperties" in schema:
             flat.min_props = count("minProperties")
         if "maxProperties" in schema:
@@ -659,11 +675,19 @@ def _unequal(value: list | dict) -> dict:
         for i, item in enumerate(value):
             options.append({"type": "array", "minItems": i + 1, "prefixItems": [True] * i + [{"not": {"const": item}}]})
         return {"anyOf": options}
-    options = [{"__types__": sorted(TYPE_ATOMS - {"object"})}, {"type": "object", "__key_outside__": sorted(value)}]
+    options = [
+        {"__types__": sorted(TYPE_ATOMS - {"object"})},
+        {"type": "object", "__some_member__": {"outside": sorted(value), "names": None, "value": None}},
+    ]
     for key, item in value.items():
         options.append({"type": "object", "properties": {key: False}})
         options.append({"type": "object", "required": [key], "properties": {key: {"not": {"const": item}}}})
     return {"anyOf": options}
+
+
+def _holds_always(schema: Any) -> bool:
+    """Whether ``schema`` admits every value (its negation admits none)."""
+    return schema is True or (isinstance(schema, dict) and not _constraint_keys(schema))
 
 
 def _negatable_format(name: Any) -> bool:
@@ -748,14 +772,30 @@ def negate(schema: Any, resolver, base: str, pointer: str, conditionals: bool = 
                 options.append({"type": kind, **inverse(n)})
     if use("required"):
         options.extend({"type": "object", "properties": {name: False}} for name in schema["required"])
-    if use("additionalProperties"):
-        if schema["additionalProperties"] is not False or "patternProperties" in keys:
-            raise NegationError(pointer, "negating additionalProperties other than false, or next to patternProperties")
-        # some key outside the listed properties
-        options.append({"__types__": ["object"], "__key_outside__": sorted(schema.get("properties", {}))})
+    if use("additionalProperties") and not _holds_always(schema["additionalProperties"]):
+        # A key neither listed nor matching a pattern, whose value additionalProperties refuses
+        # (the conditions are plain JSON Schema: jsonschema checks names and enum values with them).
+        patterns = list(schema.get("patternProperties", {}))
+        options.append({"type": "object", "__some_member__": {
+            "outside": sorted(schema.get("properties", {})),
+            "names": {"not": {"anyOf": [{"pattern": p} for p in patterns]}} if patterns else None,
+            "value": None if schema["additionalProperties"] is False else {"not": schema["additionalProperties"]},
+        }})
+    if use("patternProperties"):
+        for pattern, value in schema["patternProperties"].items():
+            if not _holds_always(value):
+                options.append({"type": "object", "__some_member__": {
+                    "outside": None,
+                    "names": {"pattern": pattern},
+                    "value": {"not": value},
+                }})
+    if use("propertyNames") and not _holds_always(schema["propertyNames"]):
+        options.append({"type": "object", "__some_member__": {
+            "outside": None,
+            "names": {"not": schema["propertyNames"]},
+            "value": None,
+        }})
     if use("properties"):
-        if "patternProperties" in keys:
-            raise NegationError(pointer, "negating properties together with patternProperties")
         for name, value in schema["properties"].items():
             options.append({"type": "object", "required": [name], "properties": {name: negate(value, resolver, base, _child(pointer, "properties", name), conditionals)}})
     if use("items"):

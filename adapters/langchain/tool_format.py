@@ -435,6 +435,8 @@ def _embed(rules: dict, grammar, namespace: str) -> str:
             return type(node)(tuple(rename(item) for item in node.items))
         if isinstance(node, ir.Repeat):
             return ir.Repeat(rename(node.item), node.min, node.max)
+        if isinstance(node, ir.Complement):
+            return ir.Complement(rename(node.item))
         return node
 
     for name, node in grammar.rules.items():

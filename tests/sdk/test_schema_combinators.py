@@ -16,6 +16,7 @@ from surecall.validation import validator_for_schema
 VALUES = [
     None, True, False, 0, 1, 2, 3, -1, 2.5, -0.5, "", "a", "ab", "abc", "ba", "1.2.3.4", "2024-01-31", "é",
     [], [1], ["a"], [1, "a"], [1, 1], [[]], {}, {"a": 1}, {"a": "x"}, {"b": 1}, {"a": 1, "b": 2}, {"c": []},
+    {"ab": "x", "c": 1}, {"b": "y", "a": 2},
 ]
 
 _counts = st.integers(0, 2)
@@ -30,6 +31,9 @@ _leaf_keywords = st.one_of(
     st.builds(lambda m: {"multipleOf": m}, st.sampled_from([2, 5, 0.1])),
     st.builds(lambda f: {"format": f}, st.sampled_from(["ipv4", "date"])),
     st.builds(lambda names: {"required": names}, st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2, unique=True)),
+    st.builds(lambda t: {"additionalProperties": {"type": t}}, st.sampled_from(["integer", "string"])),
+    st.builds(lambda p, t: {"patternProperties": {p: {"type": t}}}, st.sampled_from(["^a", "b"]), st.sampled_from(["integer", "string"])),
+    st.builds(lambda names: {"propertyNames": names}, st.sampled_from([{"maxLength": 1}, {"pattern": "^a"}, {"enum": ["a", "c"]}])),
 )
 
 
@@ -43,7 +47,8 @@ def _with_children(children):
         st.builds(lambda s: {"items": s}, children),
         st.builds(lambda s: {"contains": s}, children),
         st.builds(lambda name, s: {"properties": {name: s}}, st.sampled_from(["a", "b"]), children),
-        st.builds(lambda s: {"properties": {"a": s}, "additionalProperties": False}, children),
+        st.builds(lambda s, extra: {"properties": {"a": s}, "additionalProperties": extra}, children, st.one_of(st.just(False), children)),
+        st.builds(lambda s: {"patternProperties": {"^[ab]": s}}, children),
     )
 
 

@@ -165,6 +165,22 @@ CASES = {
         [[1, {"a": "y"}], [1, {"a": "x"}, 2], [{"a": "x"}, 1], {"a": [1]}, {"a": [1], "b": None, "c": 1}, {"a": [2], "b": None}, "t", 1],
         [[1.0, {"a": "x"}], {"b": None, "a": [1]}, "s"],
     ),
+    "not additionalProperties schema": (
+        {"not": {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}}},
+        [{"b": "x"}, {"a": 1, "c": "y"}],
+        [{}, {"a": "x"}, {"b": 1}, 3],
+    ),
+    "not patternProperties": (
+        {"not": {"patternProperties": {"^x-": {"type": "integer"}}}},
+        [{"x-a": "s"}, {"b": 1, "x-": None}],
+        [{"x-a": 1}, {"b": "s"}, {}, "s"],
+    ),
+    "not propertyNames": ({"not": {"propertyNames": {"maxLength": 1}}}, [{"ab": 1}, {"a": 1, "bc": 2}], [{"a": 1}, {}, 3]),
+    "not propertyNames of listed keys": (
+        {"type": "object", "properties": {"a": {"type": "integer"}, "bb": {}}, "not": {"propertyNames": {"pattern": "^a$"}}},
+        [{"bb": 1}, {"a": 1, "c": 2}],
+        [{"a": 1}, {}, {"a": "x", "bb": 1}],
+    ),
     "not closed object": (
         {"not": {"properties": {"a": {"type": "integer"}}, "additionalProperties": False}},
         [{"a": "x"}, {"a": 1, "b": 1}, {"b": None}],
