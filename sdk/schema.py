@@ -1030,7 +1030,7 @@ class _Translator:
             return NOTHING
         if high is not None and high > MAX_COUNTED_WANTED_EXTRAS:
             self.unsupported("not", pointer, f"a wanted member among more than {MAX_COUNTED_WANTED_EXTRAS} counted additional members")
-            return NOTHING
+            return self._extras_tail(extra, count, lo, hi)  # lenient: the condition is dropped
 
         def element(node: Node, first: bool) -> Node:
             return node if first and not count else seq(self._sep(), node)
