@@ -795,6 +795,17 @@ def negate(schema: Any, resolver, base: str, pointer: str, conditionals: bool = 
             "names": {"not": schema["propertyNames"]},
             "value": None,
         }})
+    if use("dependentRequired", "dependentSchemas", "dependencies"):
+        # the key is there, and a name it requires is missing or the schema it brings fails
+        required_by = dict(schema.get("dependentRequired", {}))
+        schemas_by = dict(schema.get("dependentSchemas", {}))
+        for key, value in schema.get("dependencies", {}).items():
+            (required_by if isinstance(value, list) else schemas_by)[key] = value
+        for key, names in required_by.items():
+            options.extend({"type": "object", "required": [key], "properties": {name: False}} for name in names)
+        for key, dependent in schemas_by.items():
+            if not _holds_always(dependent):
+                options.append({"allOf": [{"type": "object", "required": [key]}, {"not": dependent}]})
     if use("properties"):
         for name, value in schema["properties"].items():
             options.append({"type": "object", "required": [name], "properties": {name: negate(value, resolver, base, _child(pointer, "properties", name), conditionals)}})

@@ -33,6 +33,7 @@ _leaf_keywords = st.one_of(
     st.builds(lambda names: {"required": names}, st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2, unique=True)),
     st.builds(lambda t: {"additionalProperties": {"type": t}}, st.sampled_from(["integer", "string"])),
     st.builds(lambda p, t: {"patternProperties": {p: {"type": t}}}, st.sampled_from(["^a", "b"]), st.sampled_from(["integer", "string"])),
+    st.builds(lambda key, names: {"dependentRequired": {key: names}}, st.sampled_from(["a", "b"]), st.lists(st.sampled_from(["a", "b", "c"]), max_size=2)),
     st.builds(lambda names: {"propertyNames": names}, st.sampled_from([{"maxLength": 1}, {"pattern": "^a"}, {"enum": ["a", "c"]}])),
 )
 
@@ -49,6 +50,7 @@ def _with_children(children):
         st.builds(lambda name, s: {"properties": {name: s}}, st.sampled_from(["a", "b"]), children),
         st.builds(lambda s, extra: {"properties": {"a": s}, "additionalProperties": extra}, children, st.one_of(st.just(False), children)),
         st.builds(lambda s: {"patternProperties": {"^[ab]": s}}, children),
+        st.builds(lambda s: {"dependentSchemas": {"a": s}}, children),
     )
 
 

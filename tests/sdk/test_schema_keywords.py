@@ -181,6 +181,12 @@ CASES = {
         [{"bb": 1}, {"a": 1, "c": 2}],
         [{"a": 1}, {}, {"a": "x", "bb": 1}],
     ),
+    "not dependentRequired": ({"not": {"dependentRequired": {"a": ["b"]}}}, [{"a": 1}, {"a": 1, "c": 2}], [{"a": 1, "b": 2}, {"b": 1}, {}, 3]),
+    "not dependentSchemas": (
+        {"not": {"dependentSchemas": {"a": {"properties": {"b": {"type": "integer"}}}}}},
+        [{"a": 1, "b": "x"}],
+        [{"a": 1}, {"a": 1, "b": 2}, {"b": "x"}, "s"],
+    ),
     "not closed object": (
         {"not": {"properties": {"a": {"type": "integer"}}, "additionalProperties": False}},
         [{"a": "x"}, {"a": 1, "b": 1}, {"b": None}],
