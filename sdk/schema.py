@@ -1076,9 +1076,9 @@ class _Translator:
         # it so (a member that is always the wanted one only there).
         wanting = extra_hit is not None
         free_in = self._shared(alt(
-            *(members[n] for n in untracked if not wanting or hits[n] is not members[n]),
-            *((extra,) if wanting and extra_hit is not extra else ()),
-        ), "free")
+            *(members[n] for n in untracked if hits[n] is not members[n]),
+            *((extra,) if extra_hit is not extra else ()),
+        ), "free") if wanting else NOTHING
         free_out = self._shared(alt(
             *(hits[n] if wanting else members[n] for n in untracked),
             extra_hit if wanting else extra,
