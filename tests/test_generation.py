@@ -136,6 +136,29 @@ def test_bfcl_parameter_schemas_validate(local_model, temperature, seed):
         assert json.loads(result.text) == result.value
 
 
+NEGATED_SCHEMAS = [
+    {"type": "object", "properties": {
+        "code": {"type": "string", "not": {"pattern": "^[A-Z]"}, "maxLength": 12},
+        "n": {"type": "integer", "not": {"multipleOf": 2}, "minimum": 0, "maximum": 99},
+    }, "required": ["code", "n"], "additionalProperties": False},
+    {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind", "x"]},
+        {"type": "object", "properties": {"kind": {"type": "string", "pattern": "^b"}, "y": {"type": "string"}}, "required": ["kind", "y"]},
+    ]},
+]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("schema", NEGATED_SCHEMAS, ids=["not pattern and multipleOf", "oneOf with a pattern"])
+@pytest.mark.parametrize("temperature,seed", [(0.0, None), (1.0, 5)], ids=["greedy", "sampled"])
+def test_negated_keywords_validate_end_to_end(local_model, schema, temperature, seed):
+    from surecall.validation import validate_json
+
+    value = surecall.generate(local_model, _messages("Give me a product code in lower case and an odd number, as JSON."),
+                              schema, max_tokens=60, temperature=temperature, seed=seed)
+    validate_json(value, schema)
+
+
 @pytest.mark.model
 def test_regex_and_ebnf_outputs_match(local_model):
     phone = surecall.Regex(r"\+44 [0-9]{4} [0-9]{6}")
