@@ -114,6 +114,10 @@ ANY_ORDER_MAX_PROPERTIES = 8
 ANY_ORDER_MAX_LITERAL_MEMBERS = 5
 """Objects in ``enum``/``const`` with at most this many members are accepted in any order (``property_order="any"``)."""
 
+MAX_WANTED_MEMBERS = 3
+"""Most kinds of member negations may ask one object for (each way to write a member is
+tried for every set of them it meets)."""
+
 MAX_COUNTED_WANTED_EXTRAS = 16
 """Most additional members, under ``maxProperties``, among which a negation's wanted member is placed."""
 
@@ -752,21 +756,19 @@ class _Translator:
 
     # -- objects --------------------------------------------------------------------------------
     def _object(self, flat: Flat) -> Node:
-        wanted = None
-        if flat.some_member:
-            if len(flat.some_member) > 1:
-                self.unsupported("not", flat.pointer, "several 'some member of this kind' conditions on one object")
-            else:
-                wanted = flat.some_member[0]
+        wanted = flat.some_member
+        if len(wanted) > MAX_WANTED_MEMBERS:
+            self.unsupported("not", flat.pointer, f"more than {MAX_WANTED_MEMBERS} kinds of member wanted on one object")
+            wanted = []
         listed = list(flat.props) + [name for name in flat.required if name not in flat.props]
         # The keys a wanted member must avoid are listed, so that the additional keys are
         # exactly the others (none of them written as an additional key).
-        if wanted is not None and wanted.outside:
-            listed += sorted(name for name in wanted.outside if name not in listed)
+        for condition in wanted:
+            listed += sorted(name for name in condition.outside or () if name not in listed)
         required = set(flat.required)
         names_ok = self._property_name_check(flat)
         members: dict[str, Node] = {}
-        hits: dict[str, Node] = {}
+        forms: dict[str, dict[int, Node]] = {}
         for name in listed:
             value_schema = flat_value_schema(flat, name)
             if not names_ok(name) or (value_schema is not None and value_schema.is_false()):
@@ -774,44 +776,62 @@ class _Translator:
                     return NOTHING
                 continue
             members[name] = self._shared(self._named_member(name, value_schema), "member")
-            if wanted is not None:
-                hits[name] = self._wanted_member(wanted, name, value_schema, members[name])
+            forms[name] = self._member_forms(wanted, name, value_schema, members[name])
         extra = self._shared(self._extra_member(flat, listed), "extra")
-        extra_hit = None if wanted is None else self._wanted_extra(flat, listed, wanted, extra)
+        extra_forms = self._extra_forms(flat, listed, wanted, extra)
         lo, hi = flat.min_props, flat.max_props
         if hi is not None and hi < lo:
             return NOTHING
+        wants = Wants(members, forms, extra, extra_forms, (1 << len(wanted)) - 1)
         if self.property_order == "any":
-            body = self._any_order_members(flat, members, required, extra, lo, hi, hits, extra_hit)
+            body = self._any_order_members(flat, wants, required, lo, hi)
         else:
-            body = self._ordered_members(members, required, extra, lo, hi, hits, extra_hit, flat.pointer)
+            body = self._ordered_members(wants, required, lo, hi, flat.pointer)
         return seq("{", self.ws, body, self.ws, "}")
 
     def _named_member(self, name: str, value_schema) -> Node:
         value = self.translate_sub(value_schema) if value_schema is not None else self.json_value()
         return seq('"', encode_text(name), '"', self._colon(), value)
 
-    def _wanted_member(self, wanted: SomeMember, name: str, value_schema, member: Node) -> Node:
-        """Member ``name`` written so that it is the member ``wanted`` asks for (NOTHING if it cannot be)."""
-        if wanted.outside is not None and name in wanted.outside:
-            return NOTHING
-        if wanted.names is not None and not self._valid(name, [(part.schema, part.base) for part in wanted.names.parts]):
-            return NOTHING
-        if wanted.value is None:
-            return member
-        return self._shared(self._named_member(name, and_subs(value_schema, wanted.value)), "member")
+    def _member_forms(self, wanted: list[SomeMember], name: str, value_schema, member: Node) -> dict[int, Node]:
+        """The ways to write member ``name``, by the wanted members each one is (a bit per
+        ``wanted`` condition): the plain member is every one its key makes it whatever its
+        value; a value meeting more conditions makes it more."""
+        passing = [
+            i for i, condition in enumerate(wanted)
+            if (condition.outside is None or name not in condition.outside)
+            and (condition.names is None or self._valid(name, [(part.schema, part.base) for part in condition.names.parts]))
+        ]
+        always = sum(1 << i for i in passing if wanted[i].value is None)
+        found = {always: member}
+        valued = [i for i in passing if wanted[i].value is not None]
+        for size in range(1, len(valued) + 1):
+            for chosen in itertools.combinations(valued, size):
+                value = value_schema
+                for i in chosen:
+                    value = and_subs(value, wanted[i].value)
+                found[always | sum(1 << i for i in chosen)] = self._shared(self._named_member(name, value), "member")
+        return found
 
-    def _wanted_extra(self, flat: Flat, listed: list[str], wanted: SomeMember, extra: Node) -> Node:
-        """An additional member that is the member ``wanted`` asks for."""
-        if wanted.names is None and wanted.value is None:
-            return extra  # every additional key is outside the listed ones
-        narrowed = dataclasses.replace(
-            flat,
-            property_names=and_subs(flat.property_names, wanted.names),
-            additional=and_subs(flat.additional, wanted.value) if flat.additional is not None else wanted.value,
-            patterns={pattern: and_subs(sub, wanted.value) for pattern, sub in flat.patterns.items()},
-        )
-        return self._shared(self._extra_member(narrowed, listed), "extra")
+    def _extra_forms(self, flat: Flat, listed: list[str], wanted: list[SomeMember], extra: Node) -> dict[int, Node]:
+        """The ways to write an additional member, by the wanted members each one is (as
+        ``_member_forms``): every additional key is outside the listed ones, so a condition
+        on nothing more is met by any of them."""
+        always = sum(1 << i for i, c in enumerate(wanted) if c.names is None and c.value is None)
+        found = {always: extra}
+        narrowing = [i for i, c in enumerate(wanted) if c.names is not None or c.value is not None]
+        for size in range(1, len(narrowing) + 1):
+            for chosen in itertools.combinations(narrowing, size):
+                names, value, patterns, additional = flat.property_names, None, dict(flat.patterns), flat.additional
+                for i in chosen:
+                    names = and_subs(names, wanted[i].names)
+                    value = and_subs(value, wanted[i].value)
+                if value is not None:
+                    patterns = {pattern: and_subs(sub, value) for pattern, sub in patterns.items()}
+                    additional = and_subs(additional, value) if additional is not None else value
+                narrowed = dataclasses.replace(flat, property_names=names, additional=additional, patterns=patterns)
+                found[always | sum(1 << i for i in chosen)] = self._shared(self._extra_member(narrowed, listed), "extra")
+        return found
 
     def _property_name_check(self, flat: Flat):
         if flat.property_names is None:
@@ -954,48 +974,40 @@ class _Translator:
             return NOTHING
         return seq('"', keys, '"', self._colon(), value)
 
-    def _ordered_members(
-        self, members: dict, required: set, extra: Node, lo: int, hi: int | None, hits: dict, extra_hit: Node | None,
-        pointer: str,
-    ) -> Node:
-        """Listed properties in schema order, then the additional ones.
-
-        ``hits``/``extra_hit``: with ``extra_hit`` given, at least one written member must be
-        one of these forms of a listed or an additional member (a member a negation asks for).
-        """
+    def _ordered_members(self, wants: "Wants", required: set, lo: int, hi: int | None, pointer: str) -> Node:
+        """Listed properties in schema order, then the additional ones (with every wanted
+        member among them, see ``Wants``)."""
+        members = wants.members
         names = list(members)
         cap = max(1, lo, hi or 0)
         # Named states let the automaton builder share the common tails instead of copying them.
-        use_rules = cap > 1 or len(names) > 4 or extra_hit is not None
-        memo: dict[tuple[int, int, bool], Node] = {}
+        use_rules = cap > 1 or len(names) > 4 or wants.all_met != 0
+        memo: dict[tuple[int, int, int], Node] = {}
 
-        def state(i: int, count: int, found: bool) -> Node:
-            key = (i, count, found)
+        def state(i: int, count: int, met: int) -> Node:
+            key = (i, count, met)
             if key in memo:
                 return memo[key]
             if i == len(names):
-                node = self._extras_tail(extra, count, lo, hi) if found else self._extras_tail_with(extra, extra_hit, count, lo, hi, pointer)
+                node = self._extras_meeting(wants, wants.all_met & ~met, count, lo, hi, pointer)
             else:
                 name = names[i]
                 sep = self._sep() if count else EMPTY
                 can_emit = hi is None or count < hi
                 next_count = min(count + 1, cap)
-                hit = NOTHING if found else hits.get(name, NOTHING)
-                # A member that is always the wanted one counts as found on its only way.
-                plain_found = found or hit is members[name]
-                if next_count == count and plain_found == found and hit == NOTHING:
-                    member = seq(sep, members[name])
-                    node = seq(member if name in required else optional(member), state(i + 1, count, found)) if can_emit else (
-                        NOTHING if name in required else state(i + 1, count, found)
+                by_target = wants.member_moves(name, met)
+                if next_count == count and list(by_target) == [met]:
+                    member = seq(sep, by_target[met])
+                    node = seq(member if name in required else optional(member), state(i + 1, count, met)) if can_emit else (
+                        NOTHING if name in required else state(i + 1, count, met)
                     )
                 else:
                     options = []
                     if name not in required:
-                        options.append(state(i + 1, count, found))
+                        options.append(state(i + 1, count, met))
                     if can_emit:
-                        options.append(seq(sep, members[name], state(i + 1, next_count, plain_found)))
-                        if hit != NOTHING and not plain_found:
-                            options.append(seq(sep, hit, state(i + 1, next_count, True)))
+                        for target, written in by_target.items():
+                            options.append(seq(sep, written, state(i + 1, next_count, target)))
                     node = alt(*options) if options else NOTHING
             if use_rules and node not in (NOTHING, EMPTY):
                 rule = self._name("props")
@@ -1004,7 +1016,7 @@ class _Translator:
             memo[key] = node
             return node
 
-        return state(0, 0, extra_hit is None)
+        return state(0, 0, 0)
 
     def _extras_tail(self, extra: Node, count: int, lo: int, hi: int | None, at_least: int = 0) -> Node:
         low = max(0, lo - count, at_least)
@@ -1018,42 +1030,48 @@ class _Translator:
         first = seq(extra, repeat(seq(self._sep(), extra), max(low - 1, 0), None if high is None else high - 1))
         return alt(EMPTY, first) if low == 0 else first
 
-    def _extras_tail_with(self, extra: Node, extra_hit: Node, count: int, lo: int, hi: int | None, pointer: str) -> Node:
-        """``_extras_tail`` with at least one of the additional members an ``extra_hit``."""
-        if extra_hit is extra:
-            return self._extras_tail(extra, count, lo, hi, at_least=1)
-        if extra_hit == NOTHING:
-            return NOTHING
-        low = max(0, lo - count, 1)
+    def _extras_meeting(self, wants: "Wants", needed: int, count: int, lo: int, hi: int | None, pointer: str) -> Node:
+        """``_extras_tail`` with the wanted members in ``needed`` (bits) among the additional ones."""
+        extra = wants.extra
+        if needed & ~wants.extra_always == 0:
+            return self._extras_tail(extra, count, lo, hi, at_least=1 if needed else 0)
+        low = max(0, lo - count)
         high = None if hi is None else hi - count
-        if high is not None and high < low:
-            return NOTHING
         if high is not None and high > MAX_COUNTED_WANTED_EXTRAS:
             self.unsupported("not", pointer, f"a wanted member among more than {MAX_COUNTED_WANTED_EXTRAS} counted additional members")
-            return self._extras_tail(extra, count, lo, hi)  # lenient: the condition is dropped
+            return self._extras_tail(extra, count, lo, hi)  # lenient: the conditions are dropped
+        # Members written so far are counted up to what matters: ``low`` (at least one, so
+        # that the ones after the first all follow a separator), or every one up to ``high``.
+        top = max(low, 1) if high is None else high
+        memo: dict[tuple[int, int], Node] = {}
 
-        def element(node: Node, first: bool) -> Node:
-            return node if first and not count else seq(self._sep(), node)
+        def element(node: Node, placed: int) -> Node:
+            return node if placed == 0 and count == 0 else seq(self._sep(), node)
 
-        options = []
-        # ``before`` additional members, the wanted one, then the rest within the counts.
-        for before in range(low if high is None else high):
-            head = seq(*(element(extra, k == 0) for k in range(before)), element(extra_hit, before == 0))
-            rest_low = max(low - before - 1, 0)
-            rest_high = None if high is None else high - before - 1
-            options.append(seq(head, repeat(element(extra, False), rest_low, rest_high)))
-        if high is None:
-            # at least ``low`` before it: any number after
-            options.append(seq(
-                element(extra, True), repeat(element(extra, False), low - 1, None),
-                element(extra_hit, False), star(element(extra, False)),
-            ))
-        return alt(*options)
+        def state(need: int, placed: int) -> Node:
+            key = (need, placed)
+            if key in memo:
+                return memo[key]
+            options: list[Node] = []
+            if need == 0 and placed >= low:
+                options.append(EMPTY)
+            loops: list[Node] = []
+            if high is None or placed < high:
+                following = min(placed + 1, top)
+                for target, written in wants.extra_moves(need).items():
+                    if target == need and following == placed:
+                        loops.append(written)
+                    else:
+                        options.append(seq(element(written, placed), state(target, following)))
+            node = alt(*options) if options else NOTHING
+            if loops:
+                node = seq(star(element(alt(*loops), placed)), node)
+            memo[key] = node
+            return node
 
-    def _any_order_members(
-        self, flat: Flat, members: dict, required: set, extra: Node, lo: int, hi: int | None, hits: dict,
-        extra_hit: Node | None,
-    ) -> Node:
+        return state(needed, 0)
+
+    def _any_order_members(self, flat: Flat, wants: "Wants", required: set, lo: int, hi: int | None) -> Node:
         """Listed properties in any order.
 
         The grammar tracks which required properties were written (a set of at most
@@ -1062,6 +1080,7 @@ class _Translator:
         so this stays sound; with ``minProperties`` every property is tracked instead, so
         that a repeated key cannot make up the count.
         """
+        members = wants.members
         names = list(members)
         if any(name not in members for name in required):
             return NOTHING
@@ -1072,24 +1091,33 @@ class _Translator:
                 f"property_order='any' tracks at most {ANY_ORDER_MAX_PROPERTIES} properties per object",
             )
         untracked = [n for n in names if n not in tracked]
-        # Free members that leave "a wanted member was written" as it is, and those that make
-        # it so (a member that is always the wanted one only there).
-        wanting = extra_hit is not None
-        free_in = self._shared(alt(
-            *(members[n] for n in untracked if hits[n] is not members[n]),
-            *((extra,) if extra_hit is not extra else ()),
-        ), "free") if wanting else NOTHING
-        free_out = self._shared(alt(
-            *(hits[n] if wanting else members[n] for n in untracked),
-            extra_hit if wanting else extra,
-        ), "free")
+        # Free members (untracked and additional ones) by the wanted members each way of
+        # writing one is: one shared rule per set of ways, made as states ask for them.
+        free_rules: dict[tuple, Node] = {}
+
+        def free_moves(met: int) -> dict[int, Node]:
+            ways: dict[int, list[tuple]] = {}
+            for name in untracked:
+                for target, choice in wants.member_choices(name, met):
+                    ways.setdefault(target, []).append(choice)
+            for target, choice in wants.extra_choices(met):
+                ways.setdefault(target, []).append(choice)
+            found = {}
+            for target, choices in ways.items():
+                key = tuple(choices)
+                if key not in free_rules:
+                    free_rules[key] = self._shared(alt(*(wants.node_of(choice) for choice in choices)), "free")
+                if free_rules[key] != NOTHING:
+                    found[target] = free_rules[key]
+            return found
+
         cap = max(1, lo, hi or 0)
         required_bits = sum(1 << i for i, name in enumerate(tracked) if name in required)
         all_tracked = (1 << len(tracked)) - 1
-        rule_names: dict[tuple[int, int, bool], str] = {}
+        rule_names: dict[tuple[int, int, int], str] = {}
 
-        def state(seen: int, count: int, found: bool) -> Node:
-            key = (seen, count, found)
+        def state(seen: int, count: int, met: int) -> Node:
+            key = (seen, count, met)
             if key in rule_names:
                 return Ref(rule_names[key])
             rule = self._name("anyorder")
@@ -1103,21 +1131,17 @@ class _Translator:
             # states keep calling themselves: recursive, they are compiled once each, where
             # a loop would let every path through the tracked properties inline them again.
             repeating: list[Node] = []
-            if seen & required_bits == required_bits and count >= lo and found:
+            if seen & required_bits == required_bits and count >= lo and met == wants.all_met:
                 options.append(EMPTY)
             sep = self._sep() if count else EMPTY
             if hi is None or count < hi:
                 next_count = min(count + 1, cap)
                 for i, name in enumerate(tracked):
                     if not seen & (1 << i):
-                        hit = hits.get(name, NOTHING) if wanting else members[name]
-                        plain_found = found or hit is members[name]
-                        options.append(seq(sep, members[name], state(seen | (1 << i), next_count, plain_found)))
-                        if not plain_found and hit != NOTHING:
-                            options.append(seq(sep, hit, state(seen | (1 << i), next_count, True)))
-                for free, after in ((free_in, (seen, next_count, found)), (free_out, (seen, next_count, True))):
-                    if free == NOTHING:
-                        continue
+                        for target, written in wants.member_moves(name, met).items():
+                            options.append(seq(sep, written, state(seen | (1 << i), next_count, target)))
+                for target, free in free_moves(met).items():
+                    after = (seen, next_count, target)
                     if after == key and seen == all_tracked:
                         repeating.append(free)
                     else:
@@ -1128,7 +1152,65 @@ class _Translator:
             self.rules[rule] = body
             return Ref(rule)
 
-        return state(0, 0, not wanting)
+        return state(0, 0, 0)
+
+
+@dataclass
+class Wants:
+    """An object's members and the ways to write each one, by the wanted members (from
+    negations, one bit per condition) each way is; ``all_met`` is every bit (0: none wanted)."""
+
+    members: dict
+    forms: dict
+    extra: Node
+    extra_forms: dict
+    all_met: int
+
+    @property
+    def extra_always(self) -> int:
+        return next(iter(self.extra_forms))  # the plain way comes first
+
+    def member_choices(self, name: str, met: int) -> list[tuple[int, tuple]]:
+        """(wanted bits met after, a handle on the way) of each way to write ``name`` that
+        adds something the plain member does not."""
+        return _useful_ways(self.forms[name], met, name)
+
+    def extra_choices(self, met: int) -> list[tuple[int, tuple]]:
+        return _useful_ways(self.extra_forms, met, None)
+
+    def node_of(self, choice: tuple) -> Node:
+        name, bits = choice
+        return (self.extra_forms if name is None else self.forms[name])[bits]
+
+    def member_moves(self, name: str, met: int) -> dict[int, Node]:
+        """The ways to write ``name`` from ``met``, one alternative per wanted bits met after."""
+        return _moves(self, self.member_choices(name, met))
+
+    def extra_moves(self, need: int) -> dict[int, Node]:
+        """The ways to write an additional member, by the wanted bits still needed after (of ``need``)."""
+        full = self.all_met
+        return {full & ~target: node for target, node in _moves(self, self.extra_choices(full & ~need)).items()}
+
+
+def _useful_ways(forms: dict[int, Node], met: int, name) -> list[tuple[int, tuple]]:
+    """The plain way (first in ``forms``) and the others that meet more than it from ``met``
+    (a narrower way meeting nothing more only repeats some of its strings)."""
+    plain = next(iter(forms))
+    ways = [(met | plain, (name, plain))]
+    for bits in forms:
+        if bits != plain and met | bits != met | plain:
+            ways.append((met | bits, (name, bits)))
+    return ways
+
+
+def _moves(wants: Wants, choices: list[tuple[int, tuple]]) -> dict[int, Node]:
+    """The ways ``choices`` name, one alternative per target (none for a way nothing spells)."""
+    by_target: dict[int, list[Node]] = {}
+    for target, choice in choices:
+        node = wants.node_of(choice)
+        if node != NOTHING:
+            by_target.setdefault(target, []).append(node)
+    return {target: nodes[0] if len(nodes) == 1 else alt(*nodes) for target, nodes in by_target.items()}
 
 
 def _co_reachable(targets: set, transitions: dict) -> set:

@@ -187,6 +187,11 @@ CASES = {
         [{"a": 1, "b": "x"}],
         [{"a": 1}, {"a": 1, "b": 2}, {"b": "x"}, "s"],
     ),
+    "two kinds of member wanted": (
+        {"allOf": [{"not": {"patternProperties": {"^x-": {"type": "integer"}}}}, {"not": {"additionalProperties": {"type": "string"}}}]},
+        [{"x-a": "s", "b": 1}, {"x-a": None}, {"b": 1, "x-c": []}],
+        [{"x-a": "s"}, {"b": 1}, {"x-a": 1, "b": 2}, {}],
+    ),
     "not closed object": (
         {"not": {"properties": {"a": {"type": "integer"}}, "additionalProperties": False}},
         [{"a": "x"}, {"a": 1, "b": 1}, {"b": None}],
