@@ -676,7 +676,7 @@ class _Translator:
         rest = self.translate_sub(flat.items) if flat.items is not None else self.json_value()
         if flat.items is not None and flat.items.is_false():
             rest = NOTHING
-        if flat.contains is not None and not (flat.min_contains == 0 and flat.max_contains is None):
+        if flat.also_contains or (flat.contains is not None and not (flat.min_contains == 0 and flat.max_contains is None)):
             return self._array_with_contains(flat, rest)
         prefix = [self.translate_sub(sub) for sub in flat.prefix]
         # tail(i): the rest of the array after i elements.
@@ -742,6 +742,8 @@ class _Translator:
         return alt(EMPTY, first) if low == 0 else first
 
     def _array_with_contains(self, flat: Flat, element: Node) -> Node:
+        if flat.also_contains:
+            return self._array_containing_all(flat, element)
         if flat.prefix or flat.max_contains is not None or flat.max_items is not None or flat.min_items > flat.min_contains:
             self.unsupported("contains", flat.pointer, "contains together with prefixItems, maxContains, maxItems or a larger minItems")
             return self._array(_without_contains(flat))
@@ -752,6 +754,31 @@ class _Translator:
             repeat(seq(self._sep(), some_then_match), flat.min_contains - 1, flat.min_contains - 1),
             star(seq(self._sep(), element)),
         )
+        return seq("[", self.ws, body, self.ws, "]")
+
+    def _array_containing_all(self, flat: Flat, element: Node) -> Node:
+        """An array with an item matching each of its ``contains`` (every one of them with
+        ``minContains`` 1 and no ``maxContains``): each way to write an item is credited with
+        the ones it matches."""
+        # A minContains of 0 (with no maximum) asks for nothing.
+        conditions = ([flat.contains] if flat.min_contains else []) + flat.also_contains
+        if flat.prefix or flat.max_contains is not None or flat.min_contains > 1 or len(conditions) > MAX_WANTED_MEMBERS:
+            self.unsupported("contains", flat.pointer, f"several contains with prefixItems, maxContains, minContains above 1 or more than {MAX_WANTED_MEMBERS} of them")
+            return self._array(_without_contains(flat))
+        forms = {0: element}
+        for size in range(1, len(conditions) + 1):
+            for chosen in itertools.combinations(range(len(conditions)), size):
+                matching = flat.items
+                for i in chosen:
+                    matching = and_subs(matching, conditions[i])
+                forms[sum(1 << i for i in chosen)] = self._shared(self.translate_sub(matching), "item")
+        everything = (1 << len(conditions)) - 1
+        ways = Wants({}, {}, element, forms, everything)
+        high = flat.max_items
+        if high is not None and high > MAX_COUNTED_WANTED_EXTRAS:
+            self.unsupported("contains", flat.pointer, f"several contains among more than {MAX_COUNTED_WANTED_EXTRAS} counted items")
+            return self._array(_without_contains(flat))
+        body = self._sequence_meeting(ways.extra_moves, everything, False, flat.min_items, high)
         return seq("[", self.ws, body, self.ws, "]")
 
     # -- objects --------------------------------------------------------------------------------
@@ -1040,13 +1067,19 @@ class _Translator:
         if high is not None and high > MAX_COUNTED_WANTED_EXTRAS:
             self.unsupported("not", pointer, f"a wanted member among more than {MAX_COUNTED_WANTED_EXTRAS} counted additional members")
             return self._extras_tail(extra, count, lo, hi)  # lenient: the conditions are dropped
-        # Members written so far are counted up to what matters: ``low`` (at least one, so
+        return self._sequence_meeting(wants.extra_moves, needed, count > 0, low, high)
+
+    def _sequence_meeting(self, moves, needed: int, after_separator: bool, low: int, high: int | None) -> Node:
+        """Separated elements, ``low`` to ``high`` of them, among which the ones that meet
+        every condition in ``needed`` (bits): ``moves(need)`` gives the elements by the
+        conditions still needed after one of them."""
+        # Elements written so far are counted up to what matters: ``low`` (at least one, so
         # that the ones after the first all follow a separator), or every one up to ``high``.
         top = max(low, 1) if high is None else high
         memo: dict[tuple[int, int], Node] = {}
 
         def element(node: Node, placed: int) -> Node:
-            return node if placed == 0 and count == 0 else seq(self._sep(), node)
+            return node if placed == 0 and not after_separator else seq(self._sep(), node)
 
         def state(need: int, placed: int) -> Node:
             key = (need, placed)
@@ -1058,7 +1091,7 @@ class _Translator:
             loops: list[Node] = []
             if high is None or placed < high:
                 following = min(placed + 1, top)
-                for target, written in wants.extra_moves(need).items():
+                for target, written in moves(need).items():
                     if target == need and following == placed:
                         loops.append(written)
                     else:
@@ -1248,9 +1281,7 @@ def _structured(flat: Flat) -> bool:
 
 
 def _without_contains(flat: Flat) -> Flat:
-    from dataclasses import replace
-
-    return replace(flat, contains=None)
+    return dataclasses.replace(flat, contains=None, also_contains=[])
 
 
 def _top_level_alternatives(pattern: str) -> list[str]:

@@ -12,6 +12,7 @@ which is what lets recursive schemas stay recursive.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -142,6 +143,8 @@ class Flat:
     min_contains: int = 1
     max_contains: int | None = None
     unique: bool = False
+    # further contains, each asking for one matching item (minContains 1, no maxContains)
+    also_contains: list = field(default_factory=list)
     # strings
     min_length: int = 0
     max_length: int | None = None
@@ -347,8 +350,16 @@ class Normalizer:
 
         m.prefix = [and_subs(at(a, i), at(b, i)) or Sub((Part.of(True, "", pointer),)) for i in range(length)]
         m.items = and_subs(a.items, b.items)
-        if a.contains is not None and b.contains is not None:
-            self.reporter.fatal("contains", pointer, "two contains constraints on one array cannot be combined")
+        m.also_contains = a.also_contains + [c for c in b.also_contains if c not in a.also_contains]
+        if a.contains is not None and b.contains is not None and a.contains != b.contains:
+            # A second contains is kept beside the first when it asks for one matching item.
+            if (b.min_contains, b.max_contains) != (1, None):
+                a, b = b, a
+            if (b.min_contains, b.max_contains) != (1, None):
+                self.reporter.fatal("contains", pointer, "two contains constraints with minContains or maxContains cannot be combined")
+            if b.contains not in m.also_contains:
+                m.also_contains.append(b.contains)
+            b = dataclasses.replace(b, contains=None)
         m.contains = a.contains or b.contains
         m.min_contains = a.min_contains if a.contains is not None else b.min_contains
         m.max_contains = a.max_contains if a.contains is not None else b.max_contains

@@ -192,6 +192,11 @@ CASES = {
         [{"x-a": "s", "b": 1}, {"x-a": None}, {"b": 1, "x-c": []}],
         [{"x-a": "s"}, {"b": 1}, {"x-a": 1, "b": 2}, {}],
     ),
+    "two contains": (
+        {"allOf": [{"contains": {"type": "integer"}}, {"contains": {"type": "string"}}], "maxItems": 3},
+        [[1, "a"], ["a", None, 1], [1, "a", 2], 3],
+        [[1], ["a", "b"], [], [1, "a", 2, "b"]],
+    ),
     "not closed object": (
         {"not": {"properties": {"a": {"type": "integer"}}, "additionalProperties": False}},
         [{"a": "x"}, {"a": 1, "b": 1}, {"b": None}],
