@@ -522,11 +522,18 @@ class _Translator:
         if not isinstance(value, dict):
             return True
         return any(
-            (wanted.outside is None or key not in wanted.outside)
-            and (wanted.names is None or self._valid(key, [(part.schema, part.base) for part in wanted.names.parts]))
-            and (wanted.value is None or self._valid(item, [(part.schema, part.base) for part in wanted.value.parts]))
+            self._key_meets(wanted, key) and (wanted.value is None or self._valid_for(item, wanted.value))
             for key, item in value.items()
         )
+
+    def _key_meets(self, wanted: SomeMember, key: str) -> bool:
+        """Whether a member named ``key`` may be the one ``wanted`` asks for (its value aside)."""
+        return (wanted.outside is None or key not in wanted.outside) and (
+            wanted.names is None or self._valid_for(key, wanted.names)
+        )
+
+    def _valid_for(self, value: Any, sub: Sub) -> bool:
+        return self._valid(value, [(part.schema, part.base) for part in sub.parts])
 
     def _valid(self, value: Any, sources: list) -> bool:
         if self._validator is None:
@@ -766,12 +773,9 @@ class _Translator:
             self.unsupported("contains", flat.pointer, f"several contains with prefixItems, maxContains, minContains above 1 or more than {MAX_WANTED_MEMBERS} of them")
             return self._array(_without_contains(flat))
         forms = {0: element}
-        for size in range(1, len(conditions) + 1):
-            for chosen in itertools.combinations(range(len(conditions)), size):
-                matching = flat.items
-                for i in chosen:
-                    matching = and_subs(matching, conditions[i])
-                forms[sum(1 << i for i in chosen)] = self._shared(self.translate_sub(matching), "item")
+        for bits, chosen in _nonempty_subsets(range(len(conditions))):
+            matching = _conjunction(flat.items, (conditions[i] for i in chosen))
+            forms[bits] = self._shared(self.translate_sub(matching), "item")
         everything = (1 << len(conditions)) - 1
         ways = Wants({}, {}, element, forms, everything)
         high = flat.max_items
@@ -824,20 +828,12 @@ class _Translator:
         """The ways to write member ``name``, by the wanted members each one is (a bit per
         ``wanted`` condition): the plain member is every one its key makes it whatever its
         value; a value meeting more conditions makes it more."""
-        passing = [
-            i for i, condition in enumerate(wanted)
-            if (condition.outside is None or name not in condition.outside)
-            and (condition.names is None or self._valid(name, [(part.schema, part.base) for part in condition.names.parts]))
-        ]
+        passing = [i for i, condition in enumerate(wanted) if self._key_meets(condition, name)]
         always = sum(1 << i for i in passing if wanted[i].value is None)
         found = {always: member}
-        valued = [i for i in passing if wanted[i].value is not None]
-        for size in range(1, len(valued) + 1):
-            for chosen in itertools.combinations(valued, size):
-                value = value_schema
-                for i in chosen:
-                    value = and_subs(value, wanted[i].value)
-                found[always | sum(1 << i for i in chosen)] = self._shared(self._named_member(name, value), "member")
+        for bits, chosen in _nonempty_subsets([i for i in passing if wanted[i].value is not None]):
+            value = _conjunction(value_schema, (wanted[i].value for i in chosen))
+            found[always | bits] = self._shared(self._named_member(name, value), "member")
         return found
 
     def _extra_forms(self, flat: Flat, listed: list[str], wanted: list[SomeMember], extra: Node) -> dict[int, Node]:
@@ -847,24 +843,21 @@ class _Translator:
         always = sum(1 << i for i, c in enumerate(wanted) if c.names is None and c.value is None)
         found = {always: extra}
         narrowing = [i for i, c in enumerate(wanted) if c.names is not None or c.value is not None]
-        for size in range(1, len(narrowing) + 1):
-            for chosen in itertools.combinations(narrowing, size):
-                names, value, patterns, additional = flat.property_names, None, dict(flat.patterns), flat.additional
-                for i in chosen:
-                    names = and_subs(names, wanted[i].names)
-                    value = and_subs(value, wanted[i].value)
-                if value is not None:
-                    patterns = {pattern: and_subs(sub, value) for pattern, sub in patterns.items()}
-                    additional = and_subs(additional, value) if additional is not None else value
-                narrowed = dataclasses.replace(flat, property_names=names, additional=additional, patterns=patterns)
-                found[always | sum(1 << i for i in chosen)] = self._shared(self._extra_member(narrowed, listed), "extra")
+        for bits, chosen in _nonempty_subsets(narrowing):
+            names = _conjunction(flat.property_names, (wanted[i].names for i in chosen))
+            value = _conjunction(None, (wanted[i].value for i in chosen))
+            patterns, additional = flat.patterns, flat.additional
+            if value is not None:
+                patterns = {pattern: and_subs(sub, value) for pattern, sub in patterns.items()}
+                additional = and_subs(additional, value) if additional is not None else value
+            narrowed = dataclasses.replace(flat, property_names=names, additional=additional, patterns=patterns)
+            found[always | bits] = self._shared(self._extra_member(narrowed, listed), "extra")
         return found
 
     def _property_name_check(self, flat: Flat):
         if flat.property_names is None:
             return lambda name: True
-        sources = [(part.schema, part.base) for part in flat.property_names.parts]
-        return lambda name: self._valid(name, sources)
+        return lambda name: self._valid_for(name, flat.property_names)
 
     def _key_language(self, flat: Flat, listed: list[str], pattern: str | None) -> Node:
         parts: list[Node] = [strings_other_than(listed)] if listed else []
@@ -1223,6 +1216,20 @@ class Wants:
         """The ways to write an additional member, by the wanted bits still needed after (of ``need``)."""
         full = self.all_met
         return {full & ~target: node for target, node in _moves(self, self.extra_choices(full & ~need)).items()}
+
+
+def _nonempty_subsets(indices):
+    """(bit mask, indices) of each non-empty subset of ``indices``, smallest first."""
+    indices = list(indices)
+    for size in range(1, len(indices) + 1):
+        for chosen in itertools.combinations(indices, size):
+            yield sum(1 << i for i in chosen), chosen
+
+
+def _conjunction(start: Sub | None, subs) -> Sub | None:
+    for sub in subs:
+        start = and_subs(start, sub)
+    return start
 
 
 def _useful_ways(forms: dict[int, Node], met: int, name) -> list[tuple[int, tuple]]:
