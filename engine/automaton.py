@@ -531,8 +531,7 @@ class _NfaBuilder:
             return self._emit_except(node, nxt)
         if t is Intersect:
             return self._emit_intersect(node, nxt)
-        if t is Complement:
-            raise GrammarError("a complement is only allowed as an item of an intersection", rule=self.rule)
+        # A Complement reaches here only outside an intersection, which grammar checks refuse first.
         raise GrammarError(f"not a grammar node: {node!r}", rule=self.rule)
 
     def _emit_terminal(self, node: Node, nxt: int) -> int:
