@@ -117,6 +117,13 @@ def _run_job(engine, job: dict) -> None:
 
     times: list[float] = []
     accepted, refused_at = walk(session, job["valid"][0], times)
+    # The same path again on a fresh session of the same compiled grammar: what a
+    # second request with the same schema costs once an engine has seen the first.
+    repeat_times: list[float] = []
+    if accepted:
+        again = session.restart()
+        again.fill_mask()
+        walk(again, job["valid"][0], repeat_times)
     valid_ok = accepted
     for path in job["valid"][1:]:
         other = session.restart()
@@ -131,6 +138,7 @@ def _run_job(engine, job: dict) -> None:
         {
             "event": "done",
             "steps_us": [round(t * 1e6, 2) for t in times],
+            "repeat_steps_us": [round(t * 1e6, 2) for t in repeat_times],
             "valid_accepted": valid_ok,
             "refused_at": refused_at,
             "invalid_accepted": invalid_accepted,
@@ -267,6 +275,7 @@ def run_engine(engine_name: str, tokenizer_name: str, jobs: list[dict], *, compi
                     worker = None
                 else:
                     case["steps_us"] = done["steps_us"]
+                    case["repeat_steps_us"] = done["repeat_steps_us"]
                     case["invalid_checked"] = len(job["invalid"])
                     case["invalid_accepted"] = done["invalid_accepted"]
                     if not done["valid_accepted"]:
@@ -293,6 +302,7 @@ def summarize(cases: list[dict], case_ids: set[str] | None = None) -> dict:
     chosen = [c for c in cases if case_ids is None or c["id"] in case_ids]
     ttfm = [c["ttfm_ms"] for c in chosen if "ttfm_ms" in c]
     steps = [t for c in chosen if c["status"] == "passing" for t in c["steps_us"]]
+    repeat_steps = [t for c in chosen if c["status"] == "passing" for t in c.get("repeat_steps_us", [])]
     counts = {status: sum(c["status"] == status for c in chosen) for status in STATUSES}
     counts["timeout"] = sum(c.get("error") == "timeout" for c in chosen)
     return {
@@ -310,6 +320,11 @@ def summarize(cases: list[dict], case_ids: set[str] | None = None) -> dict:
             "p50": _percentile(steps, 50),
             "p99": _percentile(steps, 99),
             "max": round(max(steps), 3) if steps else None,
+        },
+        "repeat_mask_us": {
+            "steps": len(repeat_steps),
+            "mean": round(float(np.mean(repeat_steps)), 3) if repeat_steps else None,
+            "p99": _percentile(repeat_steps, 99),
         },
     }
 

@@ -53,6 +53,8 @@ def test_every_passing_engine_really_accepts_the_whole_path(small_run, smollm2):
             path = encode(smollm2, compact(case.valid[0]))
             assert case_result["tokens"] == len(path)
             assert len(case_result["steps_us"]) == len(path)
+            # the second walk, on a fresh session of the same grammar, covers the whole path too
+            assert len(case_result["repeat_steps_us"]) == len(path)
             session = engine.compile(case.schema_text)
             session.fill_mask()
             for token_id in path:
@@ -85,6 +87,8 @@ def test_results_json_has_the_expected_fields(small_run, tmp_path):
                                                         "accepted_invalid")) == len(SCHEMAS)
         assert set(summary["ttfm_ms"]) == {"median", "mean", "p90", "max"}
         assert set(summary["mask_us"]) == {"steps", "mean", "p50", "p99", "max"}
+        assert set(summary["repeat_mask_us"]) == {"steps", "mean", "p99"}
+        assert summary["repeat_mask_us"]["steps"] == summary["mask_us"]["steps"]
         assert {c["id"] for c in run["cases"]} == set(SCHEMAS)
         for case_result in run["cases"]:
             assert case_result["status"] in {"passing", "compile_error", "rejected_valid", "accepted_invalid"}
@@ -105,6 +109,7 @@ def test_a_path_outside_the_schema_is_reported_as_rejected(smollm2):
                          cpu=None, log=lambda _: None)
         assert run["cases"][0]["status"] == "rejected_valid"
         assert run["cases"][0]["refused_at"] >= 0
+        assert run["cases"][0]["repeat_steps_us"] == []
 
 
 def test_walk_stops_at_the_first_refused_token(smollm2):
