@@ -68,11 +68,12 @@ SINGLE_THREAD_ENV = {
 # --------------------------------------------------------------------------- worker side
 
 
-def walk(session, path: list[int], times: list[float] | None = None) -> tuple[bool, int]:
+def walk(session, path: list[int], times: list[float] | None = None, on_step=None) -> tuple[bool, int]:
     """Step a session (first mask already filled) along ``path``.
 
     Returns (accepted as a complete document, index of the first refused token or -1).
-    ``times`` receives the seconds of each advance + next mask.
+    ``times`` receives the seconds of each advance + next mask; ``on_step(index, seconds)``,
+    when given, is called after each of them, outside the timed part.
     """
     clock = time.perf_counter
     for index, token_id in enumerate(path):
@@ -85,8 +86,11 @@ def walk(session, path: list[int], times: list[float] | None = None) -> tuple[bo
                 session.fill_mask()
         except Exception:  # an engine failing mid-path has refused the path, not crashed the run
             return False, index
+        seconds = clock() - start
         if times is not None:
-            times.append(clock() - start)
+            times.append(seconds)
+        if on_step is not None:
+            on_step(index, seconds)
         if not advanced:
             return False, index
     try:
@@ -146,27 +150,33 @@ def _run_job(engine, job: dict) -> None:
     )
 
 
-def worker_main(engine_name: str, tokenizer_name: str, cpu: int | None) -> None:
-    if cpu is not None and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {cpu})
+def prepared_engine(engine_name: str, tokenizer_name: str):
+    """(tokenizer, engine, seconds of set-up) with the untimed warm-up schema already walked,
+    so that lazy per-tokenizer set-up is not charged to the first real schema."""
     from bench.cases import compact
     from bench.peers import ENGINES
     from bench.vocabularies import load_tokenizer
 
+    start = time.perf_counter()
+    tokenizer = load_tokenizer(tokenizer_name)
+    engine = ENGINES[engine_name](tokenizer)
+    setup_s = time.perf_counter() - start
+    warm = engine.compile(json.dumps(WARMUP_SCHEMA))
+    warm.fill_mask()
+    walk(warm, tokenizer.encode(compact(WARMUP_INSTANCE), add_special_tokens=False))
+    return tokenizer, engine, setup_s
+
+
+def worker_main(engine_name: str, tokenizer_name: str, cpu: int | None) -> None:
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
     try:
         import torch
 
         torch.set_num_threads(1)
     except ImportError:
         pass
-    start = time.perf_counter()
-    tokenizer = load_tokenizer(tokenizer_name)
-    engine = ENGINES[engine_name](tokenizer)
-    setup_s = time.perf_counter() - start
-    # one untimed schema first, so lazy per-tokenizer set-up is not charged to the first real schema
-    warm = engine.compile(json.dumps(WARMUP_SCHEMA))
-    warm.fill_mask()
-    walk(warm, tokenizer.encode(compact(WARMUP_INSTANCE), add_special_tokens=False))
+    _, engine, setup_s = prepared_engine(engine_name, tokenizer_name)
     _emit({"event": "ready", "setup_s": setup_s})
     for line in sys.stdin:
         if line.strip():

@@ -53,6 +53,10 @@ class Session(abc.ABC):
     def accepting(self) -> bool:
         return self.allows(self.eos_token_id)
 
+    def parse_states(self) -> int | None:
+        """How many parse states the engine has built for this grammar so far, where it says."""
+        return None
+
 
 class Engine(abc.ABC):
     name: str = ""
@@ -320,6 +324,9 @@ class SurecallSession(Session):
 
     def accepting(self) -> bool:
         return bool(self._matcher.is_accepting())
+
+    def parse_states(self) -> int:
+        return self._matcher.automaton.num_configs
 
     def restart(self) -> Session:
         return SurecallSession(self._engine, self._grammar)

@@ -28,6 +28,8 @@ RESULTS_DIR = REPO_ROOT / "bench" / "results"
 QUICK = {"tokenizers": "smollm2", "per_subset": 1, "compile_timeout": 2.0, "max_tokens": 32, "prompts": 2}
 FULL = {"tokenizers": "smollm2,deepseek,qwen", "per_subset": 6, "compile_timeout": 10.0, "max_tokens": 96,
         "prompts": 3}
+#: Picks the JSONSchemaBench schemas of a run (``--seed``).
+DEFAULT_SEED = 20250301
 
 
 def _versions(engine_names) -> dict[str, str]:
@@ -61,7 +63,7 @@ def parse_args(argv=None):
     parser.add_argument("--engines", help="comma list (default: surecall when it runs here, and all peers)")
     parser.add_argument("--builtin", help="comma list of built-in schema names (default: all)")
     parser.add_argument("--per-subset", type=int, help="JSONSchemaBench schemas sampled per subset")
-    parser.add_argument("--seed", type=int, default=20250301)
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--compile-timeout", type=float, help="seconds before a compile counts as an error")
     parser.add_argument("--max-tokens", type=int, help="end-to-end generation length")
     parser.add_argument("--device", default=None, help="end-to-end device: cpu or cuda")

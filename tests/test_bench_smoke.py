@@ -143,3 +143,69 @@ def test_large_tokenizers_load_with_their_published_sizes(name):
     ids = encode(tokenizer, text)
     assert b"".join(table[i] for i in ids) == text.encode("utf-8")
     assert table[tokenizer.eos_token_id] is None
+
+
+def test_step_profile_takes_apart_the_steps_of_the_benchmark_walk(smollm2):
+    from bench.mask_bench import make_jobs, walk
+    from bench.step_profile import PHASES, _resolve, profile_steps, report
+    from surecall.engine.matcher import Matcher, MatcherBase
+
+    cases = builtin_cases(SCHEMAS)
+    jobs = make_jobs(cases, smollm2)
+    engine = ENGINES["surecall"](smollm2)
+    originals = {}
+    for module, path, label in PHASES:
+        found = _resolve(module, path)
+        if found is not None:
+            originals[label] = vars(found[0]).get(found[1])
+    profile = profile_steps(engine, smollm2, jobs)
+
+    # every step of every accepted path, in order, with the states each one built
+    assert profile.passing == [case.id for case in cases]
+    assert len(profile.steps) == sum(len(job["valid"][0]) for job in jobs)
+    for job in jobs:
+        steps = [step for step in profile.steps if step.schema == job["id"]]
+        assert [step.index for step in steps] == list(range(len(job["valid"][0])))
+        assert "".join(step.token for step in steps) == smollm2.decode(job["valid"][0])
+    assert all(step.new_states is not None and step.new_states >= 0 for step in profile.steps)
+    # a cold grammar builds states while it is walked: the first walk is the one measured
+    assert sum(step.new_states for step in profile.steps) > 0
+    # the same count as a plain walk of a fresh compile sees
+    job = jobs[0]
+    engine.clear_caches()
+    session = engine.compile(job["schema_text"])
+    session.fill_mask()
+    start = session.parse_states()
+    assert walk(session, job["valid"][0])[0]
+    first = [step for step in profile.steps if step.schema == job["id"]]
+    assert sum(step.new_states for step in first) == session.parse_states() - start
+
+    # phases are timed inside the steps only, so none exceeds their total
+    assert profile.phases and set(profile.phases) <= {label for _, _, label in PHASES}
+    assert all(0 < seconds <= profile.total_seconds for seconds in profile.phases.values())
+    # and the engine's functions are its own again afterwards (an inherited one inherited again)
+    for module, path, label in PHASES:
+        if label in originals:
+            owner, name = _resolve(module, path)
+            assert vars(owner).get(name) is originals[label], label
+    assert "advance" not in vars(Matcher) and Matcher.advance is MatcherBase.advance
+
+    lines = []
+    report(profile, top=3, out=lines.append)
+    largest = lines[lines.index("largest 3 steps:") + 1 :]
+    assert len(largest) == 3
+    micros = [float(line.split()[0]) for line in largest]
+    assert micros == sorted(micros, reverse=True)
+    assert micros[0] == pytest.approx(max(step.seconds for step in profile.steps) * 1e6, abs=1)
+
+
+def test_step_profile_of_a_peer_reports_no_parse_states(smollm2):
+    from bench.mask_bench import make_jobs
+    from bench.step_profile import profile_steps
+
+    jobs = make_jobs(builtin_cases(SCHEMAS[:1]), smollm2)
+    profile = profile_steps(ENGINES["llguidance"](smollm2), smollm2, jobs, phases=())
+    assert profile.passing == [SCHEMAS[0]]
+    assert len(profile.steps) == len(jobs[0]["valid"][0])
+    assert all(step.new_states is None for step in profile.steps)
+    assert profile.phases == {}

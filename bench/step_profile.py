@@ -1,0 +1,227 @@
+"""Where a walk's mask time goes: the mask benchmark's steps in one process, taken apart.
+
+    python -m bench.step_profile --tokenizer qwen                 # surecall on the full run's schemas
+    python -m bench.step_profile --tokenizer qwen --engine llguidance
+    python -m bench.step_profile --schemas Github_hard/o50114,send_email --top 40
+
+Each schema is compiled cold (the engine's caches cleared, as ``mask_bench`` does) and
+walked once along its first valid instance; every step is one ``advance`` plus the next
+full-vocabulary mask, timed as in ``mask_bench``. Printed: the step total, mean, p50 and
+p99; how the total splits by step duration; the largest steps with the text before them,
+the token and (surecall) the parse states the step built; and for surecall the time spent
+inside each engine phase during the steps (``PHASES``: inclusive, so phases that call
+each other overlap). Unlike ``mask_bench`` this runs in the calling process, on whatever
+core it is given (``taskset -c 1 python -m bench.step_profile``), so its numbers compare
+with another run of it on the same machine, not with the benchmark's tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import numpy as np  # noqa: E402
+
+# (module, attribute path, what it is): surecall functions whose time inside steps is reported.
+PHASES = (
+    ("surecall.engine.matcher", "Matcher.advance", "advance (state after the token, can it go on)"),
+    ("surecall.engine.matcher", "Matcher._walk_all", "new masks (everything below)"),
+    ("surecall.engine.native", "walk", "native trie walks (with the states they build)"),
+    ("surecall.engine.matcher", "Matcher._chain_group", "choosing a token group"),
+    ("surecall.engine.token_groups", "TokenGroup.exits_from", "a group's exit paths"),
+    ("surecall.engine.matcher", "Matcher._walk_below_first_bytes", "tokens below a group's excepted first bytes"),
+    ("surecall.engine.automaton", "ByteAutomaton._compute_row_by_class", "rows computed by byte class (Python)"),
+    ("surecall.engine.automaton", "ByteAutomaton._prepare_classes", "an automaton's byte classes (once, at the first such row)"),
+    ("surecall.engine.automaton", "ByteAutomaton.utf8_agrees", "multi-byte character checks"),
+    ("surecall.engine.matcher", "MaskEntry.__init__", "packing masks"),
+)
+_INHERITED = object()
+#: Step durations (us) the total is split by.
+BUCKETS_US = (0, 20, 50, 100, 200, 500, 1000)
+
+
+@dataclass
+class Step:
+    schema: str
+    index: int
+    before: str
+    token: str
+    seconds: float
+    new_states: int | None
+
+
+@dataclass
+class Profile:
+    steps: list[Step] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    passing: list[str] = field(default_factory=list)
+    failing: list[str] = field(default_factory=list)
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(step.seconds for step in self.steps)
+
+
+def _resolve(module_name: str, attribute_path: str):
+    """(owner, attribute name) of a phase, or None where this version has no such function."""
+    try:
+        owner = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    *parents, name = attribute_path.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent, None)
+        if owner is None:
+            return None
+    return (owner, name) if hasattr(owner, name) else None
+
+
+@contextlib.contextmanager
+def timed_phases(phases=PHASES):
+    """Wrap each phase's function to add its time to the yielded dict (outermost calls only,
+    so recursion is not counted twice); the original functions are back on exit."""
+    spent: dict[str, float] = {}
+    restore = []
+    clock = time.perf_counter
+
+    def timed(label, function):
+        depth = [0]
+
+        def wrapper(*args, **kwargs):
+            if depth[0]:
+                return function(*args, **kwargs)
+            depth[0] += 1
+            start = clock()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + clock() - start
+                depth[0] -= 1
+
+        return wrapper
+
+    try:
+        for module_name, attribute_path, label in phases:
+            found = _resolve(module_name, attribute_path)
+            if found is None:
+                continue
+            owner, name = found
+            # The owner's own entry (a class's __dict__: an inherited method has none, and
+            # is deleted again), so that what is put back is exactly what was there.
+            original = vars(owner).get(name, _INHERITED)
+            restore.append((owner, name, original))
+            setattr(owner, name, timed(label, getattr(owner, name)))
+        yield spent
+    finally:
+        for owner, name, original in reversed(restore):
+            if original is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+
+
+def profile_steps(engine, tokenizer, jobs, *, phases=PHASES) -> Profile:
+    """Compile each job's schema cold and walk its first valid path (see the module docstring)."""
+    from bench.mask_bench import walk
+    from bench.peers import CompileError
+
+    profile = Profile()
+    with timed_phases(phases) as spent:
+        for job in jobs:
+            engine.clear_caches()
+            gc.collect()
+            try:
+                session = engine.compile(job["schema_text"])
+                session.fill_mask()
+            except CompileError:
+                profile.failing.append(job["id"])
+                continue
+            path = job["valid"][0]
+            before_walk = dict(spent)
+            states = [session.parse_states()]
+            steps: list[Step] = []
+
+            def on_step(index, seconds, session=session, job=job, path=path, states=states, steps=steps):
+                now = session.parse_states()
+                new = None if now is None or states[0] is None else now - states[0]
+                states[0] = now
+                steps.append(Step(job["id"], index, tokenizer.decode(path[max(0, index - 3) : index]),
+                                  tokenizer.decode(path[index : index + 1]), seconds, new))
+
+            accepted, _ = walk(session, path, on_step=on_step)
+            # A refused path's steps are not the benchmark's (it counts passing schemas only).
+            if not accepted:
+                profile.failing.append(job["id"])
+                continue
+            profile.passing.append(job["id"])
+            profile.steps.extend(steps)
+            for label, seconds in spent.items():
+                profile.phases[label] = profile.phases.get(label, 0.0) + seconds - before_walk.get(label, 0.0)
+    return profile
+
+
+def report(profile: Profile, *, top: int = 20, out=print) -> None:
+    micros = np.array([step.seconds for step in profile.steps]) * 1e6
+    total = micros.sum()
+    out(f"{len(profile.passing)} schemas walked, {len(profile.failing)} refused or failed to compile")
+    if not len(micros):
+        return
+    out(f"{len(micros)} steps: total {total / 1e3:.1f} ms, mean {micros.mean():.1f} us, "
+        f"p50 {np.percentile(micros, 50):.1f} us, p99 {np.percentile(micros, 99):.0f} us, max {micros.max():.0f} us")
+    new_states = [step.new_states for step in profile.steps if step.new_states is not None]
+    if new_states:
+        out(f"parse states built during the steps: {sum(new_states)}")
+    out("")
+    out("steps by duration:")
+    for low, high in zip(BUCKETS_US, BUCKETS_US[1:] + (float("inf"),)):
+        inside = (micros >= low) & (micros < high)
+        span = f"{low}-{high} us" if high != float("inf") else f">= {low} us"
+        out(f"  {span:>13}: {int(inside.sum()):6d} steps, {micros[inside].sum() / total * 100:5.1f}% of the time")
+    if profile.phases:
+        out("")
+        out("inside the steps (inclusive; phases that call each other overlap):")
+        for label, seconds in sorted(profile.phases.items(), key=lambda item: -item[1]):
+            out(f"  {seconds * 1e3:8.1f} ms  {seconds * 1e6 / total * 100:5.1f}%  {label}")
+    out("")
+    out(f"largest {min(top, len(micros))} steps:")
+    for step in sorted(profile.steps, key=lambda s: -s.seconds)[:top]:
+        built = "" if step.new_states is None else f"{step.new_states:5d} new states  "
+        out(f"  {step.seconds * 1e6:9.0f} us  {built}{step.schema[:36]:36s} #{step.index:<4d} "
+            f"{step.before[-18:]!r:>22} + {step.token!r}")
+
+
+def main(argv=None) -> Profile:
+    from bench.cases import builtin_cases, jsb_cases
+    from bench.mask_bench import make_jobs, prepared_engine
+    from bench.run import DEFAULT_SEED, FULL
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokenizer", default="qwen", help="smollm2, deepseek or qwen")
+    parser.add_argument("--engine", default="surecall", help="an engine of bench/peers.py")
+    parser.add_argument("--schemas", help="comma list of schema ids (default: the full run's)")
+    parser.add_argument("--per-subset", type=int, default=FULL["per_subset"])
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--top", type=int, default=20, help="how many of the largest steps to list")
+    args = parser.parse_args(argv)
+    tokenizer, engine, _ = prepared_engine(args.engine, args.tokenizer)
+    cases = builtin_cases() + jsb_cases(args.per_subset, args.seed)
+    if args.schemas:
+        wanted = set(args.schemas.split(","))
+        cases = [case for case in cases if case.id in wanted or case.id.split("/")[-1] in wanted]
+    profile = profile_steps(engine, tokenizer, make_jobs(cases, tokenizer))
+    report(profile, top=args.top)
+    return profile
+
+
+if __name__ == "__main__":
+    main()
