@@ -811,6 +811,16 @@ class _ComplementAutomaton:
         return state == self.SINK or self.base.utf8_agrees(state, ascii_byte)
 
 
+def _completes(part, state: int, data: bytes) -> bool:
+    """Whether ``data`` takes an intersection operand from ``state`` to acceptance."""
+    step = getattr(part, "step", None)
+    for value in data:
+        state = step(state, value) if step is not None else int(part.row(state)[value])
+        if state < 0:
+            return False
+    return bool(part.is_accepting(state))
+
+
 class _Product:
     """Regular automata run in lockstep; remembers which state tuples can still finish together."""
 
@@ -872,6 +882,9 @@ class _Product:
         known = self._live.get(states)
         if known is not None:
             return known
+        if self.accepting(states) or self._completed_by_a_witness(states):
+            self._live[states] = True
+            return True
         seen = {states}
         frontier = [states]
         while frontier:
@@ -889,6 +902,25 @@ class _Product:
             frontier = following
         for dead in seen:  # everything reachable was explored: none of it can finish
             self._live[dead] = False
+        return False
+
+    def _completed_by_a_witness(self, states: tuple) -> bool:
+        """Whether a completion of one operand (one it finds without a search of the
+        product) takes every other operand to acceptance too: proof enough that ``states``
+        is live, found by stepping along one string instead of expanding the product
+        breadth first (inside a length-limited string under a ``pattern``, most states are
+        live this way)."""
+        for part, state in zip(self.parts, states):
+            complete = getattr(part, "completion", None)
+            if complete is None or state < 0:
+                continue
+            try:
+                witness = complete(state)
+            except (ValueError, GrammarError):
+                continue
+            # Checked on every operand, its own too: the search may assume token boundaries.
+            if all(_completes(other, other_state, witness) for other, other_state in zip(self.parts, states)):
+                return True
         return False
 
     def min_bytes(self, states: tuple) -> int:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,6 +20,7 @@ from surecall.engine.ir import (
     Bytes,
     ByteSet,
     CharSet,
+    Complement,
     Except,
     Intersect,
     Ref,
@@ -29,6 +33,13 @@ from surecall.engine.ir import (
     seq,
     star,
 )
+from surecall.engine.regex import regex_to_ir
+
+_spec = importlib.util.spec_from_file_location("regex_strategies", Path(__file__).with_name("regex_strategies.py"))
+regex_strategies = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(regex_strategies)
+ALPHABET = regex_strategies.ALPHABET
+regexes = regex_strategies.regexes
 
 DIGIT = ByteSet(((0x30, 0x39),))
 
@@ -456,6 +467,41 @@ def test_intersection_moves_kept_are_bounded(monkeypatch):
         assert g.accepts(text) == expected, text
         assert len(product._move_memo) <= 3
     assert product._move_memo
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(regexes, min_size=2, max_size=3),
+    st.booleans(),
+    st.lists(st.text(alphabet=st.sampled_from(ALPHABET), max_size=8), min_size=1, max_size=6),
+)
+def test_intersection_liveness_found_along_a_witness_is_the_search_s(patterns, complement_last, texts):
+    # A product state is live when some string completes every operand at once. Where one
+    # operand's completion does, no breadth-first search of the product is made: both
+    # ways must agree on every state the walks reach, and no offered byte may lead to a
+    # state that cannot finish.
+    operands = [regex_to_ir(ours) for ours, _ in patterns]
+    if complement_last:
+        operands[-1] = Complement(operands[-1])
+    try:
+        automaton = Grammar({"start": Intersect(tuple(operands))}).automaton
+    except GrammarError:
+        return  # the operands have no string in common
+    product = automaton._nfa.intersections[0]
+    for text in texts:
+        config = automaton.initial
+        for byte in text.encode():
+            for offered in automaton.next_bytes(config):
+                following = automaton.step(config, offered)
+                assert automaton.is_accepting(automaton.step_bytes(following, automaton.shortest_completion(following)))
+            config = automaton.step(config, byte)
+            if config == DEAD:
+                break
+    searched = automaton_module._Product(product.parts)
+    searched._completed_by_a_witness = lambda states: False
+    assert product._live
+    for states, live in list(product._live.items()):
+        assert searched.live(states) == live, states
 
 
 def test_empty_intersection_is_an_error_unless_avoidable():
