@@ -202,6 +202,40 @@ def test_fast_path_gives_the_same_greedy_output_in_fewer_forward_passes(local_mo
 
 
 @pytest.mark.model
+def test_the_cache_goes_to_the_model_under_the_name_its_forward_takes(local_model, monkeypatch):
+    import functools
+    import inspect
+    import warnings
+
+    from surecall import grammar_from_schema
+
+    original = local_model.model.forward
+    accepted = inspect.signature(original).parameters
+    calls = []
+
+    @functools.wraps(original)  # the decode loop reads the signature through the wrapper
+    def spy(*args, **kwargs):
+        names = [name for name in ("cache", "past_key_values") if name in kwargs]
+        cache = kwargs[names[0]] if names else None
+        calls.append((names, cache.get_seq_length() if cache is not None else None, kwargs["input_ids"].shape[1]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(local_model.model, "forward", spy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = decode(local_model, _prompt(local_model), grammar_from_schema(TOOL_CALL_SCHEMA), max_tokens=48)
+    assert _validates(result.text, TOOL_CALL_SCHEMA)
+    assert not [w for w in caught if "past_key_values" in str(w.message)]
+    assert len(calls) == result.forward_passes > 1
+    fed = 0
+    for names, cached, width in calls:
+        # one cache argument, under a name the model's forward takes, holding every token fed before
+        assert len(names) == 1 and names[0] in accepted
+        assert cached == fed
+        fed += width
+
+
+@pytest.mark.model
 def test_budget_barely_above_minimum_still_ends_complete_while_plain_masking_truncates(local_model):
     from surecall import grammar_from_schema
     from surecall.engine import Matcher

@@ -436,7 +436,10 @@ class _BatchDecoder:
         self.pad_id = _pad_id(local_model, self.eos_ids)
         self.forcing = ContextualForcing.for_tokenizer(local_model.tokenizer, self.vocabulary) if fast_forward else None
         self._lock = getattr(local_model, "lock", None)
-        self._keeps_last_logits_only = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        parameters = inspect.signature(self.model.forward).parameters
+        self._keeps_last_logits_only = "logits_to_keep" in parameters
+        # Newer transformers name the key/value cache ``cache`` and warn on ``past_key_values``.
+        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self.masks = BitmaskBuffer(len(self.rows), self.vocabulary.size, self.device)
         self._live: list[_Row] = []
         self._cache = None
@@ -508,9 +511,9 @@ class _BatchDecoder:
             input_ids=input_ids.to(self.device),
             attention_mask=attention,
             position_ids=position_ids,
-            past_key_values=self._cache,
             use_cache=True,
         )
+        kwargs[self._cache_argument] = self._cache
         if self._keeps_last_logits_only:
             kwargs["logits_to_keep"] = 1
         if self._lock is not None:
