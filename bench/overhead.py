@@ -140,13 +140,15 @@ def measure_forward_pass(steps: int = 20) -> dict:
 
     local_model = load_model()
     prompt = torch.tensor([encode(local_model.tokenizer, "Return the person as JSON.")], device=local_model.device)
+    from transformers import DynamicCache
+
+    # Filled in place by each forward pass (also under transformers that rename the argument).
+    cache = {local_model.cache_argument: DynamicCache()}
     with torch.inference_mode():
-        output = local_model.model(input_ids=prompt, use_cache=True)
-        cache, token = output.past_key_values, output.logits[:, -1:].argmax(-1)
+        token = local_model.model(input_ids=prompt, use_cache=True, **cache).logits[:, -1:].argmax(-1)
         started = time.process_time()
         for _ in range(steps):
-            output = local_model.model(input_ids=token, past_key_values=cache, use_cache=True)
-            cache, token = output.past_key_values, output.logits[:, -1:].argmax(-1)
+            token = local_model.model(input_ids=token, use_cache=True, **cache).logits[:, -1:].argmax(-1)
         seconds = time.process_time() - started
     return {"us_per_token": seconds / steps * 1e6, "device": str(local_model.device)}
 

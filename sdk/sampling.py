@@ -90,14 +90,13 @@ class ModelNextTokenLogprobs:
         with self._local_model.lock, torch.inference_mode():
             output = model(
                 input_ids=new_tokens,
-                past_key_values=self._cache,
                 position_ids=positions,
                 use_cache=True,
+                **{self._local_model.cache_argument: self._cache},
             )
             logits = output.logits[0, -1].to(torch.float64) / self._temperature
             logprobs = torch.log_softmax(logits, dim=-1).cpu().numpy()
         self.forward_passes += 1
-        self._cache = output.past_key_values
         self._fed = wanted
         self._last_logits = logprobs
         return logprobs

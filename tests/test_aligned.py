@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -245,14 +246,18 @@ def test_cached_next_token_logprobs_equal_a_fresh_forward_pass(embedded_model):
     next_token_logprobs = ModelNextTokenLogprobs(embedded_model, prompt, temperature=0.7)
     a, b, c = embedded_model.tokenizer.encode(" Paris, of course")[:3]
     # extend, extend, branch (cache cropped), restart, repeat
-    for generated in [(), (a,), (a, b), (a, c), (), (a, b), (a, b)]:
-        cached = next_token_logprobs(generated)
-        with torch.inference_mode():
-            logits = embedded_model.model(input_ids=torch.tensor([prompt + list(generated)])).logits[0, -1]
-        fresh = torch.log_softmax(logits.double() / 0.7, dim=-1).numpy()
-        np.testing.assert_allclose(cached, fresh, atol=2e-3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for generated in [(), (a,), (a, b), (a, c), (), (a, b), (a, b)]:
+            cached = next_token_logprobs(generated)
+            with torch.inference_mode():
+                logits = embedded_model.model(input_ids=torch.tensor([prompt + list(generated)])).logits[0, -1]
+            fresh = torch.log_softmax(logits.double() / 0.7, dim=-1).numpy()
+            np.testing.assert_allclose(cached, fresh, atol=2e-3)
     # the repeated prefix was answered without a forward pass
     assert next_token_logprobs.forward_passes == 6
+    # the cache went in under the name the model's forward takes (no deprecation of the old one)
+    assert not [w for w in caught if "past_key_values" in str(w.message)]
 
 
 @pytest.mark.model

@@ -436,10 +436,8 @@ class _BatchDecoder:
         self.pad_id = _pad_id(local_model, self.eos_ids)
         self.forcing = ContextualForcing.for_tokenizer(local_model.tokenizer, self.vocabulary) if fast_forward else None
         self._lock = getattr(local_model, "lock", None)
-        parameters = inspect.signature(self.model.forward).parameters
-        self._keeps_last_logits_only = "logits_to_keep" in parameters
-        # Newer transformers name the key/value cache ``cache`` and warn on ``past_key_values``.
-        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self._keeps_last_logits_only = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        self._cache_argument = local_model.cache_argument
         self.masks = BitmaskBuffer(len(self.rows), self.vocabulary.size, self.device)
         self._live: list[_Row] = []
         self._cache = None

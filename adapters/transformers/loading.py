@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import os
 import shutil
 import tempfile
@@ -64,6 +65,13 @@ class LocalModel:
         if output_embeddings is not None and getattr(output_embeddings, "weight", None) is not None:
             return int(output_embeddings.weight.shape[0])
         return int(self.model.config.vocab_size)
+
+    @property
+    def cache_argument(self) -> str:
+        """The keyword the model's forward takes its key/value cache under: ``cache`` in
+        newer transformers (5.24 on, which warn on the old name), else ``past_key_values``."""
+        parameters = inspect.signature(self.model.forward).parameters
+        return "cache" if "cache" in parameters else "past_key_values"
 
     @property
     def vocabulary(self) -> "TokenVocabulary":
