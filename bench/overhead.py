@@ -135,13 +135,12 @@ def measure_trie_memory(samples: int = 3000) -> dict:
 
 def measure_forward_pass(steps: int = 20) -> dict:
     import torch
+    from transformers import DynamicCache
 
     from surecall.adapters.transformers.loading import load_model
 
     local_model = load_model()
     prompt = torch.tensor([encode(local_model.tokenizer, "Return the person as JSON.")], device=local_model.device)
-    from transformers import DynamicCache
-
     # Filled in place by each forward pass (also under transformers that rename the argument).
     cache = {local_model.cache_argument: DynamicCache()}
     with torch.inference_mode():
