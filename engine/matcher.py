@@ -66,7 +66,7 @@ import numpy as np
 
 from . import native
 from .errors import TokenBudgetError
-from .token_groups import group_tables_for, uniform_successor
+from .token_groups import DeferredEnds, group_tables_for, uniform_successor
 from .trie import ASCII_BYTES, distinct, pack_ids, unpack_ids, words_for
 from .vocab import TokenVocabulary
 
@@ -114,21 +114,30 @@ def _member_ends(ends) -> np.ndarray | int:
     return np.repeat(*ends) if isinstance(ends, tuple) else ends
 
 
+def _member_ids(base: tuple) -> np.ndarray:
+    """The ids of a ``MaskEntry`` base's members (unpacked from its words when not kept)."""
+    ids, words = base[0], base[1]
+    return ids if ids is not None else unpack_ids(words, len(words) * 32)
+
+
 class MaskEntry:
     """Allowed tokens of one state: the packed bitset, and lazily the sorted ids and the state each leads to.
 
     ``ids``/``ends`` are the tokens found by the walk (distinct, any order); ``base``
-    is an optional part of a token group allowed as a whole: (member ids, their packed
-    words, the state every member leads to or (states, counts): the first ``counts[0]``
-    members lead to ``states[0]``, and so on, as ``TokenGroup.members_along`` gives them).
+    is an optional part of a token group allowed as a whole: (member ids, or None where
+    only a token budget would read them and they are unpacked from the words then; their
+    packed words; the state every member leads to or (states, counts): the first
+    ``counts[0]`` members lead to ``states[0]``, and so on, as ``TokenGroup.members_along``
+    gives them). ``deferred`` computes the ends the walk left ``DEFERRED`` (see
+    ``TokenGroup.exits_from``), when ``ends`` or ``distinct_ends`` first need them.
     """
 
     __slots__ = (
         "size", "words", "max_end_cost", "end_costs", "end_table", "_found_ids", "_found_ends", "_base", "_ids",
-        "_ends",
+        "_ends", "_deferred",
     )
 
-    def __init__(self, size: int, ids: np.ndarray, ends=None, base: tuple | None = None) -> None:
+    def __init__(self, size: int, ids: np.ndarray, ends=None, base: tuple | None = None, deferred=None) -> None:
         self.size = size
         # A number no allowed token's cost exceeds.
         self.max_end_cost: int | None = None
@@ -140,6 +149,7 @@ class MaskEntry:
         self._found_ids = np.asarray(ids, dtype=np.int32)
         self._found_ends = ends
         self._base = base
+        self._deferred = deferred or None
         self._ids: np.ndarray | None = None
         self._ends: np.ndarray | None = None
         if base is None:
@@ -171,16 +181,29 @@ class MaskEntry:
         if self._ends is None:
             end_of = np.full(self.size, DEAD, dtype=np.int32)
             if self._base is not None:
-                end_of[self._base[0]] = _member_ends(self._base[2])
+                end_of[_member_ids(self._base)] = _member_ends(self._base[2])
             if len(self._found_ids):
-                end_of[self._found_ids] = self._found_ends
+                end_of[self._found_ids] = self._resolved_found_ends()
             self._ends = end_of[self.ids]
         return self._ends
+
+    def _resolved_found_ends(self) -> np.ndarray:
+        """The walk's ends with the deferred ones computed (once; the same every time)."""
+        deferred = self._deferred
+        if deferred is not None:
+            ends = np.array(self._found_ends, dtype=np.int32)
+            order = np.argsort(self._found_ids)
+            for part in deferred:
+                at = order[np.searchsorted(self._found_ids[order], part.token_ids)]
+                ends[at] = part.resolve()
+            self._found_ends = ends
+            self._deferred = None
+        return self._found_ends
 
     def distinct_ends(self) -> np.ndarray:
         """The distinct states the allowed tokens lead to, without building ``ends`` (a
         group allowed whole leads to a few states, one per character count)."""
-        parts = [self._found_ends] if len(self._found_ids) else []
+        parts = [self._resolved_found_ends()] if len(self._found_ids) else []
         if self._base is not None:
             member_ends = self._base[2]
             if isinstance(member_ends, tuple):
@@ -729,17 +752,19 @@ class Matcher(MatcherBase):
     def _entry(self, config: int) -> MaskEntry:
         entry = self._tables.masks.get(config)
         if entry is None:
-            ids, ends, base = self._walk_all(config)
-            entry = MaskEntry(self.vocab.size, ids, ends, base)
+            ids, ends, base, deferred = self._walk_all(config)
+            entry = MaskEntry(self.vocab.size, ids, ends, base, deferred)
             self._tables.masks.put(config, entry)
         return entry
 
-    def _walk_all(self, config: int) -> tuple[np.ndarray, np.ndarray, tuple | None]:
-        """Allowed text tokens at ``config``: (distinct ids, configuration after each, group allowed whole)."""
+    def _walk_all(self, config: int) -> tuple[np.ndarray, np.ndarray, tuple | None, list]:
+        """Allowed text tokens at ``config``: (distinct ids, configuration after each (or
+        ``DEFERRED``), group allowed whole, the ``DeferredEnds`` computing the deferred ones)."""
         automaton = self.automaton
         trie = self.vocab.trie
         id_parts: list[np.ndarray] = []
         end_parts: list[np.ndarray] = []
+        deferred: list[DeferredEnds] = []
 
         # Forced-literal prefix: follow the only possible byte down the trie.
         node, current = 0, config
@@ -761,18 +786,19 @@ class Matcher(MatcherBase):
             start_nodes, start_configs = np.array([node], dtype=np.int32), np.array([current], dtype=np.int32)
             self._walk_levels(start_nodes, start_configs, id_parts, end_parts)
         elif node == 0:
-            base = self._walk_from_root(config, id_parts, end_parts)
+            base = self._walk_from_root(config, id_parts, end_parts, deferred)
 
         if base is not None and self._hooks:
-            id_parts.append(base[0])
-            end_parts.append(np.full(len(base[0]), _member_ends(base[2]), dtype=np.int32))
+            member_ids = _member_ids(base)
+            id_parts.append(member_ids)
+            end_parts.append(np.full(len(member_ids), _member_ends(base[2]), dtype=np.int32))
             base = None
         # Each token ends at exactly one trie node, so the ids found are distinct.
         ids = _joined(id_parts)
         ends = _joined(end_parts)
         if self._hooks:
             ids, ends = self._apply_token_hooks(config, ids, ends)
-        return ids.astype(np.int32, copy=False), ends.astype(np.int32, copy=False), base
+        return ids.astype(np.int32, copy=False), ends.astype(np.int32, copy=False), base, deferred
 
     def _only_next_byte(self, config: int) -> int:
         """The one byte that leads ``config`` somewhere live, -1 when there are none or several."""
@@ -782,8 +808,9 @@ class Matcher(MatcherBase):
         following = self.automaton.next_bytes(config)
         return following[0] if len(following) == 1 else -1
 
-    def _walk_from_root(self, config: int, id_parts: list, end_parts: list) -> tuple | None:
-        """Walk from the trie root; returns the token group allowed as a whole, if one applies."""
+    def _walk_from_root(self, config: int, id_parts: list, end_parts: list, deferred: list) -> tuple | None:
+        """Walk from the trie root; returns the token group allowed as a whole, if one applies.
+        Tokens whose configurations are deferred get a ``DeferredEnds`` in ``deferred``."""
         trie = self.vocab.trie
         found = self._chain_group(config)
         # A small group (spaces, digits) leaves most of the trie below its exits, which
@@ -806,18 +833,20 @@ class Matcher(MatcherBase):
             # Tokens starting with an excepted byte are walked below it; the rest of the
             # group's paths follow the chain.
             self._walk_below_first_bytes(config, exceptions, id_parts, end_parts)
-        frontier_nodes, frontier_configs, partial_ids, partial_configs = group.exits_from(
-            self.automaton, config, chain, trie=trie, skip_first=exceptions
+        # Token hooks read every token's configuration: none is deferred under them.
+        frontier_nodes, frontier_configs, partial_ids, partial_configs, deferred_ends = group.exits_from(
+            self.automaton, config, chain, trie=trie, skip_first=exceptions, defer_partials=not self._hooks
         )
         id_parts.append(partial_ids)
         end_parts.append(partial_configs)
+        if deferred_ends is not None:
+            deferred.append(deferred_ends)
         self._walk_at_and_below(frontier_nodes, frontier_configs, id_parts, end_parts)
         if chain is None:
             return group.member_ids, group.member_words, config
         if exceptions is not None and chain[1] != DEAD and (chain[1:] == chain[1]).all():
             # One character in, the group loops: every other member ends there.
-            ids, words = group.members_without_first(trie, exceptions)
-            return ids, words, int(chain[1])
+            return None, group.member_words_without_first(trie, exceptions), int(chain[1])
         if exceptions is None:
             return group.members_along(chain)
         member_ends = chain[group.member_chars]

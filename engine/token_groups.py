@@ -35,6 +35,9 @@ from .trie import TokenTrie, distinct, pack_ids, utf8_classifier
 from .vocab import TokenVocabulary, store_arrays
 
 DEAD = -1
+#: The configuration after a token that ``exits_from`` found live without computing it
+#: (see ``defer_partials``): computed when a token budget asks for it.
+DEFERRED = -3
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,8 @@ class TokenGroup:
         self._top = int(self.member_ids[-1]) + 1 if self.member_count else 0
         self.member_words = pack_ids(self.member_ids, self._top)
         self._first_bytes: tuple | None = None
-        self._members_without: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-        self._exits_without: dict[bytes, tuple[np.ndarray, ...]] = {}
+        self._words_without: dict[bytes, np.ndarray] = {}
+        self._words_by_first: dict[int, np.ndarray] = {}
         self._by_chars: tuple[np.ndarray, np.ndarray] | None = None
         self._by_first: tuple[np.ndarray, np.ndarray] | None = None
         self._words_below: dict[int, np.ndarray] = {}
@@ -204,10 +207,50 @@ class TokenGroup:
             words = self._words_below[live_counts] = pack_ids(live_ids, self._top)
         return live_ids, words, (chain[:live_counts].copy(), runs)
 
-    def members_without_first(self, trie: TokenTrie, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, packed words) of the members whose first byte is not one of ``values``."""
+    def _partials_surely_live(self, automaton, config: int, chain: np.ndarray | None):
+        """Whether every partial character's start configuration surely keeps it live
+        (``_characters_surely_live``): True, False, or per partial row where they differ."""
+        if chain is None:
+            return _characters_surely_live(automaton, config, self.spec)
+        counts = self._partial_counts
+        starts = chain[counts].tolist()
+        verdicts = {start: _characters_surely_live(automaton, start, self.spec) for start in set(starts)}
+        by_count = [verdicts[start] for start in starts]
+        if all(by_count):
+            return True
+        if not any(by_count):
+            return False
+        return np.isin(self.partial_chars, counts[np.array(by_count)])
+
+    @cached_property
+    def _partial_counts(self) -> np.ndarray:
+        """The character counts before partial characters (a few: tokens are short)."""
+        return distinct(self.partial_chars)
+
+    @cached_property
+    def _all_deferred(self) -> np.ndarray:
+        deferred = np.full(len(self.partial_nodes), DEFERRED, dtype=np.int32)
+        deferred.flags.writeable = False
+        return deferred
+
+    def member_words_without_first(self, trie: TokenTrie, values: np.ndarray) -> np.ndarray:
+        """Packed words of the members whose first byte is not one of ``values`` (their
+        ids, when asked for, are unpacked from these: only a token budget reads them)."""
         key = _byte_key(values)
-        found = self._members_without.get(key)
+        found = self._words_without.get(key)
+        if found is None:
+            found = self.member_words
+            for value in key:
+                found = found & ~self._words_starting_with(trie, value)
+            if len(self._words_without) >= _EXCEPTED_BYTE_SETS_KEPT:
+                self._words_without.clear()
+            self._words_without[key] = found
+        return found
+
+    def _words_starting_with(self, trie: TokenTrie, value: int) -> np.ndarray:
+        """Packed words of the members whose first byte is ``value`` (kept per byte: at most
+        128 of them, as only ASCII bytes are excepted)."""
+        found = self._words_by_first.get(value)
         if found is None:
             if self._by_first is None:
                 first = self.first_bytes(trie)[0]
@@ -215,85 +258,105 @@ class TokenGroup:
                 starts = np.concatenate([[0], np.cumsum(np.bincount(first, minlength=256))])
                 self._by_first = (self.member_ids[order], starts)
             by_first, starts = self._by_first
-            # Members sorted by first byte: the excluded ones are a run per value, the
-            # kept ones the slices between those runs.
-            cuts = [0]
-            for value in key:
-                cuts += [int(starts[value]), int(starts[value + 1])]
-            cuts.append(len(by_first))
-            ids = np.concatenate([by_first[low:high] for low, high in zip(cuts[0::2], cuts[1::2])])
-            excluded = np.concatenate([by_first[:0]] + [by_first[low:high] for low, high in zip(cuts[1::2], cuts[2::2])])
-            found = (ids, self.member_words & ~pack_ids(excluded, self._top))
-            if len(self._members_without) >= _EXCEPTED_BYTE_SETS_KEPT:
-                self._members_without.clear()
-            self._members_without[key] = found
+            found = self._words_by_first[value] = pack_ids(by_first[starts[value] : starts[value + 1]], self._top)
         return found
 
     def exits_from(
         self, automaton, config, chain: np.ndarray | None = None, *, trie: TokenTrie | None = None,
-        skip_first: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        skip_first: np.ndarray | None = None, defer_partials: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "DeferredEnds | None"]:
         """For a config that loops on the group, live only: exit nodes and their configs,
-        and tokens ending inside a character and their configs.
+        tokens ending inside a character and their configs, and the deferred ones.
 
         With ``chain`` (the configuration after 0, 1, 2, ... characters of the group,
         DEAD-padded to ``max_chars + 1``), each tail starts from the chain
         configuration of the characters before it instead of ``config``. Paths whose
         first byte is one of ``skip_first`` (with the group's ``trie``) are left out.
+
+        With ``defer_partials``, a token ending inside a character is live without
+        stepping into the character wherever every multi-byte character surely leads its
+        start somewhere live (``automaton.utf8_agrees``): its configuration is ``DEFERRED``
+        and the returned ``DeferredEnds`` computes it on request. The configurations
+        inside characters are most of the new ones at a string's start, and only a token
+        budget reads them (``advance`` steps the token's bytes itself).
         """
-        if skip_first is not None and len(skip_first):
-            exits = self._exits_not_starting_with(trie, skip_first)
-        else:
-            exits = (
-                self.exit_nodes, self.exit_chars, self.exit_tails, self.exit_lengths,
-                self.partial_chars, self.partial_tails, self.partial_lengths, self.partial_ids, self.partial_owner,
-            )
-        (exit_nodes, exit_chars, exit_tails, exit_lengths,
-         partial_chars, partial_tails, partial_lengths, partial_ids, partial_owner) = exits
+        exit_nodes, exit_chars, exit_tails, exit_lengths = self.exit_nodes, self.exit_chars, self.exit_tails, self.exit_lengths
+        partial_ids, partial_owner = self.partial_ids, self.partial_owner
         if chain is None:
             exit_starts, partial_starts = config, config
         else:
-            exit_starts, partial_starts = chain[exit_chars], chain[partial_chars]
+            exit_starts, partial_starts = chain[exit_chars], chain[self.partial_chars]
         exit_configs = _run_tails(automaton, exit_starts, exit_tails, exit_lengths)
         live = exit_configs != DEAD
-        partial_configs = _run_tails(automaton, partial_starts, partial_tails, partial_lengths)
+        partial_tails, partial_lengths = self.partial_tails, self.partial_lengths
+        deferred = None
+        sure = self._partials_surely_live(automaton, config, chain) if defer_partials and len(partial_ids) else False
+        if sure is False:
+            partial_configs = _run_tails(automaton, partial_starts, partial_tails, partial_lengths)
+        elif sure is True:
+            deferred = DeferredEnds(automaton, partial_starts, partial_tails, partial_lengths)
+            partial_configs = self._all_deferred
+        else:
+            starts = np.broadcast_to(np.asarray(partial_starts, dtype=np.int32), partial_lengths.shape)
+            deferred = DeferredEnds(automaton, starts[sure], partial_tails[sure], partial_lengths[sure])
+            partial_configs = self._all_deferred.copy()
+            partial_configs[~sure] = _run_tails(automaton, starts[~sure], partial_tails[~sure], partial_lengths[~sure])
         token_configs = partial_configs[partial_owner] if len(partial_ids) else partial_configs[:0]
         partial_live = token_configs != DEAD
+        if skip_first is not None and len(skip_first):
+            # Paths starting with a skipped byte are not the chain's: their tails ran from
+            # a chain configuration they never reach, and are dropped here.
+            skipped = _byte_flags(skip_first)
+            _, exit_first, partial_first = self.first_bytes(trie)
+            live &= ~skipped[exit_first]
+            if len(partial_ids):
+                partial_live &= ~skipped[partial_first][partial_owner]
+        if deferred is not None:
+            kept = partial_live & (token_configs == DEFERRED)
+            rows = partial_owner[kept]
+            deferred.bind_tokens(partial_ids[kept], rows if sure is True else (np.cumsum(sure) - 1)[rows])
         return (
             exit_nodes[live],
             exit_configs[live],
             partial_ids[partial_live],
             token_configs[partial_live],
+            deferred,
         )
 
-    def _exits_not_starting_with(self, trie: TokenTrie, values: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The exit and partial arrays of ``exits_from`` without the paths whose first byte
-        is one of ``values`` (kept per set of values: a key position's excepted first
-        letters recur at every key of the same object)."""
-        key = _byte_key(values)
-        found = self._exits_without.get(key)
-        if found is None:
-            skipped = _byte_flags(values)
-            _, exit_first, partial_first = self.first_bytes(trie)
-            keep = ~skipped[exit_first]
-            keep_partial = ~skipped[partial_first]
-            renumber = np.cumsum(keep_partial) - 1
-            partial_ids, partial_owner = self.partial_ids, self.partial_owner
-            if len(partial_ids):
-                kept_tokens = keep_partial[partial_owner]
-                partial_ids, partial_owner = partial_ids[kept_tokens], renumber[partial_owner[kept_tokens]]
-            found = (
-                self.exit_nodes[keep], self.exit_chars[keep], self.exit_tails[keep], self.exit_lengths[keep],
-                self.partial_chars[keep_partial], self.partial_tails[keep_partial], self.partial_lengths[keep_partial],
-                partial_ids, partial_owner,
-            )
-            if len(self._exits_without) >= _EXCEPTED_BYTE_SETS_KEPT:
-                self._exits_without.clear()
-            self._exits_without[key] = found
-        return found
+
+class DeferredEnds:
+    """The configurations after the tokens ``exits_from`` deferred (``token_ids``), their
+    tails of partial characters run when first asked for (``resolve``)."""
+
+    def __init__(self, automaton, starts: np.ndarray, tails: np.ndarray, lengths: np.ndarray) -> None:
+        self._automaton = automaton
+        self._starts, self._tails, self._lengths = starts, tails, lengths
+        self.token_ids = np.zeros(0, dtype=np.int32)
+        self._tail_of_token = np.zeros(0, dtype=np.intp)
+
+    def bind_tokens(self, token_ids: np.ndarray, tail_of_token: np.ndarray) -> None:
+        """The deferred tokens and, for each, the index of its tail among the deferred ones."""
+        self.token_ids = token_ids.astype(np.int32)
+        self._tail_of_token = tail_of_token
+
+    def resolve(self) -> np.ndarray:
+        """The configuration after each token of ``token_ids``."""
+        return _run_tails(self._automaton, self._starts, self._tails, self._lengths)[self._tail_of_token]
 
 
-#: Most sets of excepted first bytes whose member and exit lists are kept (each list is as large as the group).
+def _characters_surely_live(automaton, config: int, spec: GroupSpec) -> bool:
+    """Whether every well-formed start of a multi-byte character surely leads ``config``
+    somewhere live: every whole character leads where a live ASCII byte of the group does
+    (``automaton.utf8_agrees``), so each byte inside a character keeps some item."""
+    agrees = getattr(automaton, "utf8_agrees", None)
+    ascii_byte = int(spec.ascii_array[0])
+    return (
+        agrees is not None and config != DEAD and automaton.step(config, ascii_byte) != DEAD
+        and bool(agrees(config, ascii_byte))
+    )
+
+
+#: Most sets of excepted first bytes whose member words are kept (each as large as the group's packed words).
 _EXCEPTED_BYTE_SETS_KEPT = 16
 
 

@@ -221,17 +221,14 @@ def sample_vocabulary(extra_logits: int = 0):
 
 
 def walked_tokens(matcher, config: int) -> dict[int, int]:
-    """Token id -> configuration after it, as the matcher's trie walk finds them at ``config``."""
-    ids, ends, base = matcher._walk_all(config)
-    found = dict(zip(ids.tolist(), ends.tolist()))
-    assert len(found) == len(ids), "every token is reported once"
-    if base is not None:
-        # A group part allowed whole leads its members to one configuration or to one each.
-        from surecall.engine.matcher import _member_ends
+    """Token id -> configuration after it, as the matcher's trie walk finds them at ``config``
+    (configurations the walk deferred computed as a token budget has them computed)."""
+    from surecall.engine.matcher import MaskEntry
 
-        base_ends = np.broadcast_to(np.asarray(_member_ends(base[2])), base[0].shape)
-        found.update(zip(base[0].tolist(), base_ends.tolist()))
-    return found
+    ids, ends, base, deferred = matcher._walk_all(config)
+    assert len(set(ids.tolist())) == len(ids), "every token is reported once"
+    entry = MaskEntry(matcher.vocab.size, ids, ends, base, deferred)
+    return dict(zip(entry.ids.tolist(), entry.ends.tolist()))
 
 
 def brute_force_allowed(automaton, vocab, config) -> set[int]:

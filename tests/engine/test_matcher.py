@@ -842,3 +842,58 @@ def test_native_walk_reports_the_tokens_at_its_starts_when_asked(pieces, loops, 
         found[report_starts] = sorted(zip(ids[:count].tolist(), ends[:count].tolist()))
     at_starts, owner = trie.tokens_at_nodes(nodes)
     assert found[True] == sorted(found[False] + list(zip(at_starts.tolist(), configs[owner].tolist())))
+
+
+def _partial_character_vocabulary():
+    from surecall.engine.vocab import TokenVocabulary
+
+    # Enough whole-character pieces that the string's token group is walked as a group,
+    # and pieces ending inside two- and three-byte characters, alone and after text.
+    pieces = [bytes([a, b]) for a in range(0x61, 0x7B) for b in range(0x61, 0x7B)] + [
+        "é".encode(), "日本".encode(), b"\xc3", b"\xe6", b"\xe6\x97", b"ab\xc3", b"a\xe6\x97", b'a"', b'"', b'",',
+    ]
+    table = [b"<|endoftext|>"] + [bytes([b]) for b in range(256)] + pieces
+    return TokenVocabulary(table, special_ids={0}, eos_token_ids={0})
+
+
+@pytest.mark.parametrize("pattern", ['"[^"\\\\]*"', '"[^"\\\\]{0,6}"', '"[^"\\\\]*",?'])
+def test_masks_inside_strings_defer_the_configurations_inside_characters(pattern):
+    # A token ending inside a character is allowed where every character leads on, without
+    # building the configuration inside the character; a token budget reads those
+    # configurations and must get what stepping the token's bytes gives.
+    from surecall.engine.grammar import Grammar, clear_automaton_cache
+
+    vocab = _partial_character_vocabulary()
+    clear_automaton_cache()  # a fresh automaton: nothing computed by earlier tests
+    grammar = Grammar.from_regex(pattern)
+    matcher = Matcher(grammar, vocab)
+    automaton = matcher.automaton
+    config = automaton.step_bytes(automaton.initial, b'"')
+    token_of = {vocab.token_bytes(token): token for token in vocab.trie.token_ids.tolist()}
+    partial = [token_of[piece] for piece in (b"\xc3", b"\xe6", b"\xe6\x97", b"ab\xc3", b"a\xe6\x97")]
+    ids, ends, base, deferred = matcher._walk_all(config)
+    # The configuration inside each partial token's last character is not computed yet.
+    for piece in (b"\xc3", b"\xe6", b"ab\xc3", b"a\xe6\x97"):
+        lead = len(piece) - (2 if piece.endswith(b"\x97") else 1)
+        before_character = automaton.step_bytes(config, piece[:lead])
+        assert automaton.transition_table[before_character, piece[lead]] == -2, piece
+    from surecall.engine.matcher import MaskEntry
+
+    expected = doubles.brute_force_allowed(automaton, vocab, config)
+    entry = MaskEntry(vocab.size, ids, ends, base, deferred)
+    assert set(entry.ids.tolist()) == expected
+    assert set(partial) <= expected
+    assert deferred, "no token's configuration was deferred"
+    for token, end in zip(entry.ids.tolist(), entry.ends.tolist()):
+        assert end == automaton.step_bytes(config, vocab.token_bytes(token)), vocab.token_bytes(token)
+    # A budget matcher reading the same (shared) entries, and advancing through a token
+    # that ends inside a character.
+    budgeted = Matcher(grammar, vocab, max_tokens=6)
+    assert budgeted.advance(token_of[b'"']) == Status.ACCEPTED
+    allowed = set(budgeted.allowed_token_ids().tolist())
+    assert set(partial) <= allowed
+    assert budgeted.advance(token_of[b"\xe6\x97"]) == Status.ACCEPTED
+    assert not set(budgeted.allowed_token_ids().tolist()) & {token_of[b'"'], token_of[b"a"]}
+    assert budgeted.advance(token_of[b"\xa5"]) == Status.ACCEPTED
+    assert budgeted.advance(token_of[b'"']) in (Status.ACCEPTED, Status.FINISHED)
+    assert budgeted.is_accepting()
