@@ -192,10 +192,8 @@ class MaskEntry:
         deferred = self._deferred
         if deferred is not None:
             ends = np.array(self._found_ends, dtype=np.int32)
-            order = np.argsort(self._found_ids)
             for part in deferred:
-                at = order[np.searchsorted(self._found_ids[order], part.token_ids)]
-                ends[at] = part.resolve()
+                ends[part.positions] = part.resolve()
             self._found_ends = ends
             self._deferred = None
         return self._found_ends
@@ -833,14 +831,17 @@ class Matcher(MatcherBase):
             # Tokens starting with an excepted byte are walked below it; the rest of the
             # group's paths follow the chain.
             self._walk_below_first_bytes(config, exceptions, id_parts, end_parts)
-        # Token hooks read every token's configuration: none is deferred under them.
+        # Token hooks read every token's configuration, and a budget every allowed one's:
+        # none is deferred for them.
         frontier_nodes, frontier_configs, partial_ids, partial_configs, deferred_ends = group.exits_from(
-            self.automaton, config, chain, trie=trie, skip_first=exceptions, defer_partials=not self._hooks
+            self.automaton, config, chain, trie=trie, skip_first=exceptions,
+            defer_partials=not self._hooks and self.max_tokens is None,
         )
+        if deferred_ends is not None:
+            deferred_ends.shift(sum(len(part) for part in id_parts))
+            deferred.append(deferred_ends)
         id_parts.append(partial_ids)
         end_parts.append(partial_configs)
-        if deferred_ends is not None:
-            deferred.append(deferred_ends)
         self._walk_at_and_below(frontier_nodes, frontier_configs, id_parts, end_parts)
         if chain is None:
             return group.member_ids, group.member_words, config

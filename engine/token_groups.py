@@ -312,9 +312,11 @@ class TokenGroup:
             if len(partial_ids):
                 partial_live &= ~skipped[partial_first][partial_owner]
         if deferred is not None:
-            kept = partial_live & (token_configs == DEFERRED)
-            rows = partial_owner[kept]
-            deferred.bind_tokens(partial_ids[kept], rows if sure is True else (np.cumsum(sure) - 1)[rows])
+            returned_configs = token_configs[partial_live]
+            rows = partial_owner[partial_live][returned_configs == DEFERRED]
+            deferred.bind_tokens(
+                np.flatnonzero(returned_configs == DEFERRED), rows if sure is True else (np.cumsum(sure) - 1)[rows]
+            )
         return (
             exit_nodes[live],
             exit_configs[live],
@@ -325,22 +327,27 @@ class TokenGroup:
 
 
 class DeferredEnds:
-    """The configurations after the tokens ``exits_from`` deferred (``token_ids``), their
-    tails of partial characters run when first asked for (``resolve``)."""
+    """The configurations after the tokens ``exits_from`` deferred, their tails of partial
+    characters run when first asked for (``resolve``). ``positions`` are where the tokens
+    stand among the partial ids ``exits_from`` returned, then (``shift``) among the ids of
+    the whole walk."""
 
     def __init__(self, automaton, starts: np.ndarray, tails: np.ndarray, lengths: np.ndarray) -> None:
         self._automaton = automaton
         self._starts, self._tails, self._lengths = starts, tails, lengths
-        self.token_ids = np.zeros(0, dtype=np.int32)
+        self.positions = np.zeros(0, dtype=np.intp)
         self._tail_of_token = np.zeros(0, dtype=np.intp)
 
-    def bind_tokens(self, token_ids: np.ndarray, tail_of_token: np.ndarray) -> None:
-        """The deferred tokens and, for each, the index of its tail among the deferred ones."""
-        self.token_ids = token_ids.astype(np.int32)
+    def bind_tokens(self, positions: np.ndarray, tail_of_token: np.ndarray) -> None:
+        """The deferred tokens' positions and, for each, the index of its tail among the deferred ones."""
+        self.positions = positions
         self._tail_of_token = tail_of_token
 
+    def shift(self, offset: int) -> None:
+        self.positions = self.positions + offset
+
     def resolve(self) -> np.ndarray:
-        """The configuration after each token of ``token_ids``."""
+        """The configuration after each deferred token (in the order of ``positions``)."""
         return _run_tails(self._automaton, self._starts, self._tails, self._lengths)[self._tail_of_token]
 
 

@@ -886,8 +886,12 @@ def test_masks_inside_strings_defer_the_configurations_inside_characters(pattern
     assert deferred, "no token's configuration was deferred"
     for token, end in zip(entry.ids.tolist(), entry.ends.tolist()):
         assert end == automaton.step_bytes(config, vocab.token_bytes(token)), vocab.token_bytes(token)
-    # A budget matcher reading the same (shared) entries, and advancing through a token
-    # that ends inside a character.
+    # A budget matcher reading the entries a matcher without one made (they are shared),
+    # and advancing through a token that ends inside a character.
+    unbudgeted = Matcher(grammar, vocab)
+    assert unbudgeted.advance(token_of[b'"']) == Status.ACCEPTED
+    assert set(partial) <= set(unbudgeted.allowed_token_ids().tolist())
+    assert unbudgeted._entry(config)._deferred, "the shared entry deferred nothing"
     budgeted = Matcher(grammar, vocab, max_tokens=6)
     assert budgeted.advance(token_of[b'"']) == Status.ACCEPTED
     allowed = set(budgeted.allowed_token_ids().tolist())
