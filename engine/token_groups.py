@@ -333,7 +333,9 @@ class DeferredEnds:
     the whole walk."""
 
     def __init__(self, automaton, starts: np.ndarray, tails: np.ndarray, lengths: np.ndarray) -> None:
-        self._automaton = automaton
+        # Weakly: masks are kept in a table weakly keyed by their automaton, which a
+        # reference from here would keep alive for good.
+        self._automaton = weakref.ref(automaton)
         self._starts, self._tails, self._lengths = starts, tails, lengths
         self.positions = np.zeros(0, dtype=np.intp)
         self._tail_of_token = np.zeros(0, dtype=np.intp)
@@ -348,7 +350,10 @@ class DeferredEnds:
 
     def resolve(self) -> np.ndarray:
         """The configuration after each deferred token (in the order of ``positions``)."""
-        return _run_tails(self._automaton, self._starts, self._tails, self._lengths)[self._tail_of_token]
+        automaton = self._automaton()
+        if automaton is None:
+            raise RuntimeError("the automaton of these token ends is gone")
+        return _run_tails(automaton, self._starts, self._tails, self._lengths)[self._tail_of_token]
 
 
 def _characters_surely_live(automaton, config: int, spec: GroupSpec) -> bool:

@@ -901,3 +901,25 @@ def test_masks_inside_strings_defer_the_configurations_inside_characters(pattern
     assert budgeted.advance(token_of[b"\xa5"]) == Status.ACCEPTED
     assert budgeted.advance(token_of[b'"']) in (Status.ACCEPTED, Status.FINISHED)
     assert budgeted.is_accepting()
+
+
+def test_an_automaton_whose_masks_deferred_ends_is_freed_with_its_grammar():
+    # Masks are kept per automaton in a table weakly keyed by it: nothing they hold (the
+    # deferred ends included) may keep the automaton alive once its grammar is gone.
+    import gc
+    import weakref
+
+    from surecall.engine.grammar import Grammar, clear_automaton_cache
+
+    vocab = _partial_character_vocabulary()
+    clear_automaton_cache()
+    grammar = Grammar.from_regex('"[^"\\\\]*"')
+    matcher = Matcher(grammar, vocab)
+    matcher.advance(vocab.tokenize_bytes(b'"')[0])
+    matcher.allowed_token_ids()
+    assert matcher._entry(matcher.config)._deferred, "the mask deferred nothing"
+    freed = weakref.ref(matcher.automaton)
+    del grammar, matcher
+    clear_automaton_cache()
+    gc.collect()
+    assert freed() is None, "the automaton outlived its grammar"
