@@ -223,6 +223,8 @@ class MaskEntry:
         for cached in (self._ids, self._ends, self.end_costs, *(self.end_table or ())):
             if cached is not None:
                 total += cached.nbytes
+        for part in self._deferred or ():
+            total += part.nbytes
         return total
 
 

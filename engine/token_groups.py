@@ -348,6 +348,12 @@ class DeferredEnds:
     def shift(self, offset: int) -> None:
         self.positions = self.positions + offset
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held for the deferred tokens (the tails counted even where the group's own)."""
+        arrays = (self._starts, self._tails, self._lengths, self.positions, self._tail_of_token)
+        return sum(array.nbytes for array in arrays if isinstance(array, np.ndarray))
+
     def resolve(self) -> np.ndarray:
         """The configuration after each deferred token (in the order of ``positions``)."""
         automaton = self._automaton()

@@ -891,7 +891,11 @@ def test_masks_inside_strings_defer_the_configurations_inside_characters(pattern
     unbudgeted = Matcher(grammar, vocab)
     assert unbudgeted.advance(token_of[b'"']) == Status.ACCEPTED
     assert set(partial) <= set(unbudgeted.allowed_token_ids().tolist())
-    assert unbudgeted._entry(config)._deferred, "the shared entry deferred nothing"
+    shared = unbudgeted._entry(config)
+    assert shared._deferred, "the shared entry deferred nothing"
+    # The mask cache is bounded by bytes: what the deferred ends hold counts.
+    held = shared.words.nbytes + sum(part.nbytes for part in shared._deferred)
+    assert shared.nbytes >= held and all(part.nbytes > 0 for part in shared._deferred)
     budgeted = Matcher(grammar, vocab, max_tokens=6)
     assert budgeted.advance(token_of[b'"']) == Status.ACCEPTED
     allowed = set(budgeted.allowed_token_ids().tolist())
