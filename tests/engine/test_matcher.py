@@ -752,20 +752,11 @@ def test_masks_of_counted_strings_equal_brute_force_where_chains_count_on(low, h
         assert counted_on, "the chains never counted on"
 
 
-@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
-@settings(max_examples=60, deadline=None)
-@given(
-    pieces=st.lists(st.one_of(_TOKEN_BYTES, _MIXED_BYTES), min_size=1, max_size=60),
-    pattern=st.sampled_from(['"[^"a]*a[^"]*"', '"[^"é]*é[^"]*"', '"[^"]*"x', '"[a-h ]*"', '(a|[^a]b|日)*']),
-    prefix=st.sampled_from([b"", b'"', b'"x', b'"xa', "\"日".encode()]),
-)
-def test_walks_taking_whole_character_subtrees_find_what_stepping_finds(pieces, pattern, prefix):
-    # Where every ASCII byte below a trie node and every multi-byte character lead back to
-    # the configuration, the walk takes the node's tokens at once when they go on in whole
-    # characters: the tokens and their ends must be those that stepping each token finds.
+def _assert_walk_finds_what_stepping_finds(vocab, pattern: str, prefix: bytes) -> None:
+    """At the configuration after ``prefix``, the walk's tokens and their ends (deferred ones
+    read) are those that stepping each token's bytes gives."""
     from surecall.engine.grammar import Grammar
 
-    vocab = _vocabulary_of(pieces)
     matcher = Matcher(Grammar.from_regex(pattern), vocab)
     automaton = matcher.automaton
     config = automaton.step_bytes(automaton.initial, prefix)
@@ -777,6 +768,21 @@ def test_walks_taking_whole_character_subtrees_find_what_stepping_finds(pieces, 
         if end != DEAD:
             expected[token] = end
     assert doubles.walked_tokens(matcher, config) == expected
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=st.lists(st.one_of(_TOKEN_BYTES, _MIXED_BYTES), min_size=1, max_size=60),
+    pattern=st.sampled_from(['"[^"a]*a[^"]*"', '"[^"é]*é[^"]*"', '"[^"]*"x', '"[a-h ]*"', '(a|[^a]b|日)*']),
+    prefix=st.sampled_from([b"", b'"', b'"x', b'"xa', "\"日".encode()]),
+)
+def test_walks_taking_whole_character_subtrees_find_what_stepping_finds(pieces, pattern, prefix):
+    # Where every ASCII byte below a trie node and every multi-byte character lead back to
+    # the configuration, the walk takes the node's tokens at once when they go on in whole
+    # characters: the tokens and their ends must be those that stepping each token finds.
+    vocab = _vocabulary_of(pieces)
+    _assert_walk_finds_what_stepping_finds(vocab, pattern, prefix)
 
 
 @pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
@@ -945,20 +951,8 @@ def test_masks_with_deferred_ends_find_what_stepping_finds(pieces, pattern, pref
     # allowed, and each one's configuration once read, are those stepping its bytes gives,
     # whatever the walk deferred (about two examples in three defer some; the test above
     # asserts that deferring happens).
-    from surecall.engine.grammar import Grammar
-
     pairs = [bytes([a, b]) for a in range(0x61, 0x7B) for b in range(0x61, 0x7B)]
     partial = [b"\xc3", b"\xe6", b"\xe6\x97", b"a\xc3", b"ab\xe6\x97", b"abc\xf0\x9f"]
     vocab = _vocabulary_of(pairs + [bytes([b]) for b in range(256)] + partial + pieces)
-    matcher = Matcher(Grammar.from_regex(pattern), vocab)
-    automaton = matcher.automaton
-    config = automaton.step_bytes(automaton.initial, prefix)
-    if config == DEAD:
-        return
-    expected = {}
-    for token in vocab.trie.token_ids.tolist():
-        end = automaton.step_bytes(config, vocab.token_bytes(token))
-        if end != DEAD:
-            expected[token] = end
-    assert doubles.walked_tokens(matcher, config) == expected
+    _assert_walk_finds_what_stepping_finds(vocab, pattern, prefix)
 
