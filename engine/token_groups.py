@@ -289,16 +289,16 @@ class TokenGroup:
         exit_configs = _run_tails(automaton, exit_starts, exit_tails, exit_lengths)
         live = exit_configs != DEAD
         partial_tails, partial_lengths = self.partial_tails, self.partial_lengths
-        deferred = None
+        deferred_tails = None  # (starts, tails, lengths) of the partial rows left unstepped
         sure = self._partials_surely_live(automaton, config, chain) if defer_partials and len(partial_ids) else False
         if sure is False:
             partial_configs = _run_tails(automaton, partial_starts, partial_tails, partial_lengths)
         elif sure is True:
-            deferred = DeferredEnds(automaton, partial_starts, partial_tails, partial_lengths)
+            deferred_tails = (partial_starts, partial_tails, partial_lengths)
             partial_configs = self._all_deferred
         else:
             starts = np.broadcast_to(np.asarray(partial_starts, dtype=np.int32), partial_lengths.shape)
-            deferred = DeferredEnds(automaton, starts[sure], partial_tails[sure], partial_lengths[sure])
+            deferred_tails = (starts[sure], partial_tails[sure], partial_lengths[sure])
             partial_configs = self._all_deferred.copy()
             partial_configs[~sure] = _run_tails(automaton, starts[~sure], partial_tails[~sure], partial_lengths[~sure])
         token_configs = partial_configs[partial_owner] if len(partial_ids) else partial_configs[:0]
@@ -311,11 +311,13 @@ class TokenGroup:
             live &= ~skipped[exit_first]
             if len(partial_ids):
                 partial_live &= ~skipped[partial_first][partial_owner]
-        if deferred is not None:
+        deferred = None
+        if deferred_tails is not None:
             returned_configs = token_configs[partial_live]
             rows = partial_owner[partial_live][returned_configs == DEFERRED]
-            deferred.bind_tokens(
-                np.flatnonzero(returned_configs == DEFERRED), rows if sure is True else (np.cumsum(sure) - 1)[rows]
+            deferred = DeferredEnds(
+                automaton, *deferred_tails, positions=np.flatnonzero(returned_configs == DEFERRED),
+                tail_of_token=rows if sure is True else (np.cumsum(sure) - 1)[rows],
             )
         return (
             exit_nodes[live],
@@ -332,16 +334,16 @@ class DeferredEnds:
     stand among the partial ids ``exits_from`` returned, then (``shift``) among the ids of
     the whole walk."""
 
-    def __init__(self, automaton, starts: np.ndarray, tails: np.ndarray, lengths: np.ndarray) -> None:
+    def __init__(
+        self, automaton, starts, tails: np.ndarray, lengths: np.ndarray, *, positions: np.ndarray,
+        tail_of_token: np.ndarray,
+    ) -> None:
+        """``starts``/``tails``/``lengths``: the deferred tails (``starts`` one configuration
+        or one per tail); ``tail_of_token``: the index of each deferred token's tail."""
         # Weakly: masks are kept in a table weakly keyed by their automaton, which a
         # reference from here would keep alive for good.
         self._automaton = weakref.ref(automaton)
         self._starts, self._tails, self._lengths = starts, tails, lengths
-        self.positions = np.zeros(0, dtype=np.intp)
-        self._tail_of_token = np.zeros(0, dtype=np.intp)
-
-    def bind_tokens(self, positions: np.ndarray, tail_of_token: np.ndarray) -> None:
-        """The deferred tokens' positions and, for each, the index of its tail among the deferred ones."""
         self.positions = positions
         self._tail_of_token = tail_of_token
 
