@@ -654,6 +654,7 @@ static PyMethodDef native_methods[] = {
     {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},
     {"frozen", frozen, METH_O, frozen_doc},
     {"intern_info", intern_info, METH_VARARGS, intern_info_doc},
+    {"settle_context", settle_context_py, METH_VARARGS, settle_context_doc},
     {"bind", bind_containers, METH_VARARGS, bind_doc},
     {"successor", part_successor, METH_VARARGS, successor_doc},
     {"utf8_agrees", utf8_agrees, METH_VARARGS, utf8_agrees_doc},

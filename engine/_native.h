@@ -13,6 +13,7 @@ PyObject *close_items(PyObject *self, PyObject *args);
 PyObject *plain_scans(PyObject *self, PyObject *args);
 PyObject *frozen(PyObject *self, PyObject *iterable);
 PyObject *intern_info(PyObject *self, PyObject *args);
+PyObject *settle_context_py(PyObject *self, PyObject *args);
 PyObject *bind_containers(PyObject *self, PyObject *args);
 PyObject *part_successor(PyObject *self, PyObject *args);
 PyObject *utf8_agrees(PyObject *self, PyObject *args);
@@ -25,6 +26,6 @@ PyObject *partition(PyObject *self, PyObject *masks);
  * compute it: not native tables, no spare table row, a row Python computes, or an error. */
 #define NATIVE_ENTRY_ASK_PYTHON (-2)
 int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows);
-extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], bind_doc[], successor_doc[], utf8_agrees_doc[], entry_doc[], fill_row_doc[], partition_doc[];
+extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], settle_context_doc[], bind_doc[], successor_doc[], utf8_agrees_doc[], entry_doc[], fill_row_doc[], partition_doc[];
 
 #endif

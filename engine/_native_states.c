@@ -157,6 +157,9 @@ typedef struct {
     /* The automaton's own containers, bound once (``bind``) for ``successor`` to close and
      * intern configurations in them as ``ByteAutomaton._close`` and ``_intern`` do. */
     PyObject *closures_inside, *index, *configs, *accepting, *callers;
+    /* Per configuration, the configuration its callees name as their origin (``contexts``),
+     * and {callers key: that configuration} (``context_index``): see ``settle_context``. */
+    PyObject *contexts, *context_index;
     /* For ``entry``: scans of partly filled rows ({config: (by_mask, masks, partition)}),
      * partitions by masks, and a one-element list holding the current successor table. */
     PyObject *row_scans, *partitions, *table_box, *lock;
@@ -203,6 +206,7 @@ static void tables_free(NfaTables *t) {
     Py_XDECREF(t->mask_ids);
     Py_XDECREF(t->closures_inside); Py_XDECREF(t->index); Py_XDECREF(t->configs);
     Py_XDECREF(t->accepting); Py_XDECREF(t->callers);
+    Py_XDECREF(t->contexts); Py_XDECREF(t->context_index);
     Py_XDECREF(t->row_scans); Py_XDECREF(t->partitions); Py_XDECREF(t->table_box); Py_XDECREF(t->lock);
     Py_XDECREF(t->lock_acquire); Py_XDECREF(t->lock_release);
     if (t->table_buffer.obj != NULL) {
@@ -1092,6 +1096,16 @@ static int32_t mask_index(NfaTables *t, int32_t p) {
 
 #define MAX_SCAN_GROUPS 64
 
+/* The configuration the items called from ``config`` name as their origin (see
+ * ``settle_context``); -1 with an exception set when there is none. */
+static long context_of(NfaTables *t, long config) {
+    if (t->contexts == NULL || config < 0 || config >= PyList_GET_SIZE(t->contexts)) {
+        PyErr_Format(PyExc_IndexError, "configuration %ld has no call context", config);
+        return -1;
+    }
+    return PyLong_AsLong(PyList_GET_ITEM(t->contexts, config));
+}
+
 /* The scan ``plain_scans`` returns (a new reference), NULL on error. */
 static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
     /* Items grouped by the index of their mask: a few groups, searched in order. */
@@ -1151,7 +1165,8 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
             }
             if (self_call) {
                 if (last_origin == NULL || call_watch != last_watch) {
-                    PyObject *made = origin_of(t, config, call_watch);
+                    const long context = context_of(t, config);
+                    PyObject *made = context < 0 ? NULL : origin_of(t, context, call_watch);
                     if (made == NULL) {
                         Py_DECREF(item);
                         goto done;
@@ -1252,7 +1267,8 @@ const char intern_info_doc[] = (
 "\n"
 "As the item loop of ``ByteAutomaton._intern`` for configuration number ``config``:\n"
 "(whether an item accepts, the callers table {(rule, watch): [(return position,\n"
-"origin, token state)]} or None when no item calls a rule).");
+"origin, token state)]} or None when no item calls a rule). With ``config`` SELF the\n"
+"origins of calls made inside the configuration stay SELF (see ``settle_context``).");
 
 /* Acceptance and the callers table (a new reference, None when no item calls a rule) of
  * configuration ``config`` made of ``items``; -1 on error. */
@@ -1327,34 +1343,170 @@ PyObject *intern_info(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NN)", PyBool_FromLong(accepting), callers);
 }
 
-const char bind_doc[] = (
-"bind(tables, closures, index, configs, accepting, callers, scans, partitions, table_box,\n"
-"     lock, text_mode, max_items, max_configs)\n"
-"\n"
-"Binds an automaton's containers to its tables for ``successor`` and ``entry``: the\n"
-"closures of kernels inside a token ({kernel: config}), the index of configurations\n"
-"({items: config}), the per-configuration lists of items, acceptance and callers\n"
-"tables, the scans of partly filled rows, the partitions by byte sets, a list whose\n"
-"one element is the successor table, and the lock that building configurations holds.");
+/* The configuration that items called from configuration ``config`` name as their origin,
+ * given its callers table with the origins of its own calls still SELF: the first
+ * configuration interned with an equal table (``config`` itself when it is the first),
+ * since returning from a call reads nothing of its origin but that table. Callees of two
+ * configurations that call the same rules with the same continuations are then the same
+ * items, so their configurations, rows and masks are built once. ``*resolved`` is the table
+ * with SELF made that configuration (a new reference). -1 on error. */
+static long settle_context(NfaTables *t, PyObject *callers, long config, PyObject **resolved) {
+    *resolved = NULL;
+    if (!PyDict_Check(callers) || t->context_index == NULL) {
+        PyErr_SetString(PyExc_TypeError, "settle_context: a callers table is a dict, after bind");
+        return -1;
+    }
+    PyObject *pairs = PyList_New(0), *rule_watch, *returns, *key = NULL, *number = NULL;
+    Py_ssize_t position = 0;
+    int has_self = 0;
+    long context = -1;
+    if (pairs == NULL) {
+        return -1;
+    }
+    while (PyDict_Next(callers, &position, &rule_watch, &returns)) {
+        PyObject *frozen_returns = plain_frozenset(returns);
+        PyObject *pair = frozen_returns == NULL ? NULL : untracked_if_plain(PyTuple_Pack(2, rule_watch, frozen_returns));
+        Py_XDECREF(frozen_returns);
+        if (pair == NULL || PyList_Append(pairs, pair) < 0) {
+            Py_XDECREF(pair);
+            goto done;
+        }
+        Py_DECREF(pair);
+        if (!PyList_Check(returns)) {
+            PyErr_SetString(PyExc_TypeError, "settle_context: a rule's returns are not a list");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(returns); i++) {
+            PyObject *entry = PyList_GET_ITEM(returns, i), *call_watch;
+            long origin_config;
+            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+                PyErr_SetString(PyExc_TypeError, "settle_context: a return is not (position, origin, token state)");
+                goto done;
+            }
+            PyObject *origin = PyTuple_GET_ITEM(entry, 1);
+            const int self_call = origin == Py_None ? 0 : is_self_origin(origin, &call_watch, &origin_config);
+            if (self_call < 0) {
+                goto done;
+            }
+            has_self |= self_call;
+        }
+    }
+    if ((key = plain_frozenset(pairs)) == NULL || (number = PyLong_FromLong(config)) == NULL) {
+        goto done;
+    }
+    PyObject *found = PyDict_SetDefault(t->context_index, key, number);  /* borrowed */
+    if (found == NULL || ((context = PyLong_AsLong(found)) == -1 && PyErr_Occurred())) {
+        context = -1;
+        goto done;
+    }
+    if (!has_self) {
+        *resolved = Py_NewRef(callers);
+        goto done;
+    }
+    /* Calls made inside the configuration's own closure return through it: their origin
+     * becomes the context too. */
+    PyObject *table = PyDict_New();
+    position = 0;
+    while (table != NULL && PyDict_Next(callers, &position, &rule_watch, &returns)) {
+        PyObject *list = PyList_New(PyList_GET_SIZE(returns));
+        if (list == NULL || PyDict_SetItem(table, rule_watch, list) < 0) {
+            Py_XDECREF(list);
+            Py_CLEAR(table);
+            break;
+        }
+        Py_DECREF(list);  /* the table holds it */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(returns); i++) {
+            PyObject *entry = PyList_GET_ITEM(returns, i), *call_watch, *made = NULL;
+            long origin_config;
+            PyObject *origin = PyTuple_GET_ITEM(entry, 1);
+            if (origin != Py_None && is_self_origin(origin, &call_watch, &origin_config) == 1) {
+                PyObject *moved = origin_of(t, context, call_watch);
+                made = moved == NULL ? NULL
+                                     : untracked_if_plain(PyTuple_Pack(3, PyTuple_GET_ITEM(entry, 0), moved,
+                                                                       PyTuple_GET_ITEM(entry, 2)));
+                Py_XDECREF(moved);
+            } else {
+                made = Py_NewRef(entry);
+            }
+            if (made == NULL) {
+                Py_CLEAR(table);
+                break;
+            }
+            PyList_SET_ITEM(list, i, made);
+        }
+    }
+    if (table == NULL) {
+        context = -1;
+    }
+    *resolved = table;
 
-PyObject *bind_containers(PyObject *self, PyObject *args) {
+done:
+    Py_DECREF(pairs);
+    Py_XDECREF(key);
+    Py_XDECREF(number);
+    if (PyErr_Occurred()) {
+        Py_CLEAR(*resolved);
+        return -1;
+    }
+    return context;
+}
+
+const char settle_context_doc[] = (
+"settle_context(tables, callers, config)\n"
+"\n"
+"As ``ByteAutomaton._settle_context``: (the configuration that items called from\n"
+"configuration ``config`` name as their origin, its callers table with SELF made that\n"
+"configuration), given the table ``intern_info`` made with ``config`` SELF. Needs ``bind``.");
+
+PyObject *settle_context_py(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *capsule, *closures, *index, *configs, *accepting, *callers, *scans, *partitions, *table_box, *lock;
-    int text_mode;
-    Py_ssize_t max_items, max_configs;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O!O!Opnn:bind", &capsule, &PyDict_Type, &closures, &PyDict_Type,
-                          &index, &PyList_Type, &configs, &PyList_Type, &accepting, &PyList_Type, &callers,
-                          &PyDict_Type, &scans, &PyDict_Type, &partitions, &PyList_Type, &table_box, &lock,
-                          &text_mode, &max_items, &max_configs)) {
+    PyObject *capsule, *callers, *resolved;
+    long config;
+    if (!PyArg_ParseTuple(args, "OO!l:settle_context", &capsule, &PyDict_Type, &callers, &config)) {
         return NULL;
     }
     NfaTables *t = tables_of(capsule);
     if (t == NULL) {
         return NULL;
     }
-    PyObject **slots[] = {&t->closures_inside, &t->index, &t->configs, &t->accepting, &t->callers, &t->row_scans,
-                          &t->partitions, &t->table_box, &t->lock};
-    PyObject *fresh[] = {closures, index, configs, accepting, callers, scans, partitions, table_box, lock};
+    const long context = settle_context(t, callers, config, &resolved);
+    if (context < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(lN)", context, resolved);
+}
+
+const char bind_doc[] = (
+"bind(tables, closures, index, configs, accepting, callers, contexts, context_index, scans,\n"
+"     partitions, table_box, lock, text_mode, max_items, max_configs)\n"
+"\n"
+"Binds an automaton's containers to its tables for ``successor`` and ``entry``: the\n"
+"closures of kernels inside a token ({kernel: config}), the index of configurations\n"
+"({items: config}), the per-configuration lists of items, acceptance, callers tables and\n"
+"call contexts, the call contexts by callers table, the scans of partly filled rows, the partitions by byte sets, a list whose\n"
+"one element is the successor table, and the lock that building configurations holds.");
+
+PyObject *bind_containers(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *closures, *index, *configs, *accepting, *callers, *contexts, *context_index, *scans;
+    PyObject *partitions, *table_box, *lock;
+    int text_mode;
+    Py_ssize_t max_items, max_configs;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O!O!O!O!Opnn:bind", &capsule, &PyDict_Type, &closures, &PyDict_Type,
+                          &index, &PyList_Type, &configs, &PyList_Type, &accepting, &PyList_Type, &callers,
+                          &PyList_Type, &contexts, &PyDict_Type, &context_index, &PyDict_Type, &scans,
+                          &PyDict_Type, &partitions, &PyList_Type, &table_box, &lock, &text_mode, &max_items,
+                          &max_configs)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL) {
+        return NULL;
+    }
+    PyObject **slots[] = {&t->closures_inside, &t->index, &t->configs, &t->accepting, &t->callers, &t->contexts,
+                          &t->context_index, &t->row_scans, &t->partitions, &t->table_box, &t->lock};
+    PyObject *fresh[] = {closures, index, configs, accepting, callers, contexts, context_index, scans, partitions,
+                         table_box, lock};
     for (size_t i = 0; i < sizeof(fresh) / sizeof(fresh[0]); i++) {
         PyObject *old = *slots[i];
         Py_INCREF(fresh[i]);
@@ -1394,24 +1546,43 @@ static long intern_items(NfaTables *t, PyObject *items) {
     }
     int accepting;
     PyObject *callers, *number = PyLong_FromSsize_t(config);
-    if (number == NULL || intern_info_of(t, items, (long)config, &accepting, &callers) < 0) {
+    if (number == NULL || intern_info_of(t, items, SELF, &accepting, &callers) < 0) {
         Py_XDECREF(number);
         return -1;
     }
+    PyObject *context = NULL;
+    if (callers == Py_None) {
+        context = Py_NewRef(number);
+    } else {
+        PyObject *resolved;
+        const long found = settle_context(t, callers, (long)config, &resolved);
+        Py_DECREF(callers);
+        callers = resolved;
+        context = found < 0 ? NULL : PyLong_FromLong(found);
+    }
+    if (context == NULL) {
+        Py_XDECREF(callers);
+        Py_DECREF(number);
+        return -1;
+    }
     /* The lists grow together: a failure leaves them as they were. */
-    int status = PyList_Append(t->configs, items);
-    if (status == 0 && (status = PyList_Append(t->accepting, accepting ? Py_True : Py_False)) < 0) {
-        PyList_SetSlice(t->configs, config, config + 1, NULL);
+    PyObject *lists[] = {t->configs, t->accepting, t->callers, t->contexts};
+    PyObject *values[] = {items, accepting ? Py_True : Py_False, callers, context};
+    int status = 0, grown = 0;
+    while (status == 0 && grown < 4) {
+        if ((status = PyList_Append(lists[grown], values[grown])) == 0) {
+            grown++;
+        }
     }
-    if (status == 0 && (status = PyList_Append(t->callers, callers)) < 0) {
-        PyList_SetSlice(t->configs, config, config + 1, NULL);
-        PyList_SetSlice(t->accepting, config, config + 1, NULL);
+    if (status == 0) {
+        status = PyDict_SetItem(t->index, items, number);
     }
-    if (status == 0 && (status = PyDict_SetItem(t->index, items, number)) < 0) {
-        PyList_SetSlice(t->configs, config, config + 1, NULL);
-        PyList_SetSlice(t->accepting, config, config + 1, NULL);
-        PyList_SetSlice(t->callers, config, config + 1, NULL);
+    if (status < 0) {
+        for (int i = 0; i < grown; i++) {
+            PyList_SetSlice(lists[i], config, config + 1, NULL);
+        }
     }
+    Py_DECREF(context);
     Py_DECREF(callers);
     Py_DECREF(number);
     return status < 0 ? -1 : (long)config;

@@ -15,7 +15,12 @@ Compilation has two stages:
 Item fields:
 
 * ``origin`` is ``None`` at top level, else ``(config_id, watch_at_call)``; the
-  configuration being built refers to itself with ``config_id == SELF``.
+  configuration being built refers to itself with ``config_id == SELF``. A return reads
+  only the origin configuration's callers table, so ``config_id`` is the first
+  configuration interned with that table (``_settle_context``): calls made with the same
+  continuations from different configurations (an object's key position reached again,
+  the same rule called again for the same place) give their callees the same items, and
+  the configurations inside the call are built once.
 * ``watch`` tracks ``except!`` exclusions that started inside an ``except!`` region
   and may still complete in the text that follows it (a frozenset of
   ``(except_id, string_index, matched_length)``), or ``None``.
@@ -1340,6 +1345,10 @@ class ByteAutomaton:
         self._index: dict[frozenset, int] = {}
         self._accepting: list[bool] = []
         self._callers: list[dict | None] = []
+        # Per configuration, the configuration its calls name as their origin, and that
+        # configuration by callers table (see ``_settle_context``).
+        self._contexts: list[int] = []
+        self._context_index: dict[frozenset, int] = {}
         # Closures of kernels, one table per at_boundary value: kernels are looked up
         # without wrapping them in a key tuple, one allocation fewer per lookup.
         self._closures: tuple[dict, dict] = ({}, {})
@@ -1381,7 +1390,7 @@ class ByteAutomaton:
         if self._native is not None:
             native.states.bind(
                 self._native, self._closures[0], self._index, self._configs, self._accepting, self._callers,
-                self._scans, self._partitions, self._table_box, self._lock, text_mode, MAX_ITEMS_PER_CONFIG,
+                self._contexts, self._context_index, self._scans, self._partitions, self._table_box, self._lock, text_mode, MAX_ITEMS_PER_CONFIG,
                 MAX_CONFIGS,
             )
         self.initial = self._close([(nfa.root, None, None, None)], True)
@@ -1586,12 +1595,19 @@ class ByteAutomaton:
             raise _too_many_configs()
         self._configs.append(items)
         self._index[items] = cid
+        # The callers table with the origins of the configuration's own calls still SELF,
+        # until its context is known.
         if self._native is not None:
-            accepting, callers = native.states.intern_info(self._native, items, cid)
+            accepting, callers = native.states.intern_info(self._native, items, SELF)
+            if callers is not None:
+                context, callers = native.states.settle_context(self._native, callers, cid)
         else:
-            accepting, callers = self._intern_info(items, cid)
+            accepting, callers = self._intern_info(items, SELF)
+            if callers is not None:
+                context, callers = self._settle_context(callers, cid)
         self._accepting.append(accepting)
         self._callers.append(callers)
+        self._contexts.append(cid if callers is None else context)
         if cid >= self._table.shape[0]:
             self._grow_table()
         return cid
@@ -1600,6 +1616,26 @@ class ByteAutomaton:
         grown = np.full((self._table.shape[0] * 2, 256), _UNKNOWN, dtype=np.int32)
         grown[: self._table.shape[0]] = self._table
         self._table = self._table_box[0] = grown
+
+    def _settle_context(self, callers: dict, cid: int) -> tuple[int, dict]:
+        """(the configuration that items called from configuration ``cid`` name as their
+        origin, its callers table with SELF made that configuration), given the table with
+        its own calls' origins still SELF; ``native.states.settle_context`` in C.
+
+        Returning from a call reads nothing of its origin but the callers table, so the
+        first configuration interned with an equal table stands for every later one: the
+        callees of two configurations that call the same rules with the same continuations
+        are then the same items, and their configurations, rows and masks are built once."""
+        key = frozenset((rule_watch, frozenset(returns)) for rule_watch, returns in callers.items())
+        context = self._context_index.setdefault(key, cid)
+        if any(o is not None and o[0] == SELF for returns in callers.values() for _, o, _ in returns):
+            callers = {
+                rule_watch: [
+                    (ret, (context, o[1]) if o is not None and o[0] == SELF else o, t) for ret, o, t in returns
+                ]
+                for rule_watch, returns in callers.items()
+            }
+        return context, callers
 
     def _intern_info(self, items: frozenset, cid: int) -> tuple[bool, dict | None]:
         """(whether an item accepts, the rules its items call: {(rule, watch): [(return
@@ -1713,7 +1749,7 @@ class ByteAutomaton:
             elif k == _ISECT or (arg[p] >= 0 and k != _ANY_INSIDE):
                 return None
             if o is not None and o[0] == SELF:
-                o = (cid, o[1])
+                o = (self._contexts[cid], o[1])
             found = by_mask.get(mask_of[p])
             if found is None:
                 found = by_mask[mask_of[p]] = []
@@ -1736,7 +1772,7 @@ class ByteAutomaton:
             if classes is None:
                 continue
             if o is not None and o[0] == SELF:
-                o = (cid, o[1])
+                o = (self._contexts[cid], o[1])
             k = kind[p]
             if k == _ISECT:
                 product = nfa.intersections[out[p]]
@@ -2187,7 +2223,7 @@ class ByteAutomaton:
         for p, o, w, t in self._configs[config]:
             if nfa.kind[p] == _ANY_START and (t is None or self._text_mode):
                 if o is not None and o[0] == SELF:
-                    o = (config, o[1])
+                    o = (self._contexts[config], o[1])
                 kernel.append((nfa.arg[nfa.out[p]], o, w, None))
         result = self._close(kernel, True)
         self._after_any[config] = result

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from surecall.engine import automaton as automaton_module
 from surecall.engine import native
 from surecall.engine.automaton import DEAD, ByteAutomaton, build_nfa, utf8_sequences
+from surecall.engine.ebnf import parse_ebnf
 from surecall.engine.errors import GrammarError
 from surecall.engine.grammar import Grammar
 from surecall.engine.ir import (
@@ -280,6 +281,54 @@ def test_parse_state_count_is_bounded_by_an_error(monkeypatch, use_native):
         for _ in range(100):
             config = automaton.step(config, ord("a"))
     assert automaton.num_configs == 40
+
+
+def _fresh_automaton(monkeypatch, use_native: bool, ebnf: str) -> ByteAutomaton:
+    """An automaton built directly (grammars share automata through a cache), with or
+    without the native extension."""
+    if use_native and native.states is None:
+        pytest.skip("the native extension is not built")
+    if not use_native:
+        monkeypatch.setattr(native, "states", None)
+    rules, start = parse_ebnf(ebnf)
+    automaton = ByteAutomaton(build_nfa(rules, start))
+    assert (automaton._native is not None) == use_native
+    return automaton
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_calls_with_the_same_continuations_share_the_states_inside(monkeypatch, use_native):
+    # After 'a' and after 'b' the parse states differ (an optional 'q' may follow 'b'),
+    # but both call `item` to return to the same ';': the states inside the call are one.
+    automaton = _fresh_automaton(monkeypatch, use_native, """
+        start ::= ('a' | 'b' 'q'?) item ';';
+        item ::= 'x' item 'y' | 'z';
+    """)
+
+    def after(text: bytes) -> int:
+        return automaton.step_bytes(automaton.initial, text)
+
+    assert after(b"a") != after(b"b")
+    assert after(b"ax") == after(b"bx") != DEAD
+    assert after(b"axx") == after(b"bxx") == after(b"bqxx") != DEAD
+    for text, accepted in [(b"axzy;", True), (b"bxxzyy;", True), (b"bqzy;", False), (b"axzy", False),
+                           (b"axzyy;", False), (b"bqz;", True)]:
+        end = after(text)
+        assert (end != DEAD and automaton.is_accepting(end)) == accepted, text
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_calls_with_different_continuations_keep_their_states_apart(monkeypatch, use_native):
+    automaton = _fresh_automaton(monkeypatch, use_native, """
+        start ::= 'a' item ';' | 'b' item '!';
+        item ::= 'x' item 'y' | 'z';
+    """)
+    ax, bx = automaton.step_bytes(automaton.initial, b"ax"), automaton.step_bytes(automaton.initial, b"bx")
+    assert ax != bx
+    assert automaton.is_accepting(automaton.step_bytes(ax, b"zy;"))
+    assert automaton.step_bytes(ax, b"zy!") == DEAD
+    assert automaton.is_accepting(automaton.step_bytes(bx, b"zy!"))
+    assert automaton.step_bytes(bx, b"zy;") == DEAD
 
 
 def test_json_like_recursive_grammar():
