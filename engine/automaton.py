@@ -1390,8 +1390,8 @@ class ByteAutomaton:
         if self._native is not None:
             native.states.bind(
                 self._native, self._closures[0], self._index, self._configs, self._accepting, self._callers,
-                self._contexts, self._context_index, self._scans, self._partitions, self._table_box, self._lock, text_mode, MAX_ITEMS_PER_CONFIG,
-                MAX_CONFIGS,
+                self._contexts, self._context_index, self._scans, self._partitions, self._table_box, self._lock,
+                text_mode, MAX_ITEMS_PER_CONFIG, MAX_CONFIGS,
             )
         self.initial = self._close([(nfa.root, None, None, None)], True)
         if self.initial == DEAD:
