@@ -1263,23 +1263,23 @@ PyObject *plain_scans(PyObject *self, PyObject *args) {
 }
 
 const char intern_info_doc[] = (
-"intern_info(tables, items, config)\n"
+"intern_info(tables, items)\n"
 "\n"
-"As the item loop of ``ByteAutomaton._intern`` for configuration number ``config``:\n"
-"(whether an item accepts, the callers table {(rule, watch): [(return position,\n"
-"origin, token state)]} or None when no item calls a rule). With ``config`` SELF the\n"
-"origins of calls made inside the configuration stay SELF (see ``settle_context``).");
+"As ``ByteAutomaton._intern_info``: (whether an item accepts, the callers table\n"
+"{(rule, watch): [(return position, origin, token state)]} or None when no item calls a\n"
+"rule), the origins of calls made inside the configuration left SELF for\n"
+"``settle_context``.");
 
 /* Acceptance and the callers table (a new reference, None when no item calls a rule) of
- * configuration ``config`` made of ``items``; -1 on error. */
-static int intern_info_of(NfaTables *t, PyObject *items, long config, int *accepting, PyObject **callers_out) {
+ * a configuration made of ``items``, SELF origins left as they are; -1 on error. */
+static int intern_info_of(NfaTables *t, PyObject *items, int *accepting, PyObject **callers_out) {
     PyObject *iterator = PyObject_GetIter(items);
     if (iterator == NULL) {
         return -1;
     }
-    PyObject *config_number = PyLong_FromLong(config), *callers = NULL, *item;
+    PyObject *callers = NULL, *item;
     *accepting = 0;
-    int status = config_number == NULL ? -1 : 0;
+    int status = 0;
     while (status == 0 && (item = PyIter_Next(iterator)) != NULL) {
         int32_t p;
         PyObject *o, *w, *state;
@@ -1287,17 +1287,11 @@ static int intern_info_of(NfaTables *t, PyObject *items, long config, int *accep
         if (status == 0 && t->kind[p] == K_ACCEPT) {
             *accepting = 1;
         } else if (status == 0 && t->kind[p] == K_CALL) {
-            PyObject *call_watch, *origin = o, *made_origin = NULL;
-            long origin_config;
-            int self_call = o == Py_None ? 0 : is_self_origin(o, &call_watch, &origin_config);
-            if (self_call == 1) {
-                origin = made_origin = origin_of(t, config, call_watch);
-            }
             PyObject *key = NULL, *entry = NULL, *returns = NULL;
-            PyObject *return_position = self_call < 0 ? NULL : position_object(t, t->out[p]);
-            if (return_position == NULL || origin == NULL || (callers == NULL && (callers = PyDict_New()) == NULL) ||
+            PyObject *return_position = position_object(t, t->out[p]);
+            if (return_position == NULL || (callers == NULL && (callers = PyDict_New()) == NULL) ||
                 (key = rule_key(t->arg[p], w)) == NULL ||
-                (entry = untracked_if_plain(PyTuple_Pack(3, return_position, origin, state))) == NULL) {
+                (entry = untracked_if_plain(PyTuple_Pack(3, return_position, o, state))) == NULL) {
                 status = -1;
             } else if ((returns = PyDict_GetItemWithError(callers, key)) == NULL) {
                 PyObject *fresh = PyErr_Occurred() ? NULL : PyList_New(0);
@@ -1310,12 +1304,10 @@ static int intern_info_of(NfaTables *t, PyObject *items, long config, int *accep
             }
             Py_XDECREF(entry);
             Py_XDECREF(key);
-            Py_XDECREF(made_origin);
         }
         Py_DECREF(item);
     }
     Py_DECREF(iterator);
-    Py_XDECREF(config_number);
     if (status < 0 || PyErr_Occurred()) {
         Py_XDECREF(callers);
         return -1;
@@ -1331,13 +1323,12 @@ static int intern_info_of(NfaTables *t, PyObject *items, long config, int *accep
 PyObject *intern_info(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *capsule, *items, *callers;
-    long config;
     int accepting;
-    if (!PyArg_ParseTuple(args, "OO!l:intern_info", &capsule, &PyFrozenSet_Type, &items, &config)) {
+    if (!PyArg_ParseTuple(args, "OO!:intern_info", &capsule, &PyFrozenSet_Type, &items)) {
         return NULL;
     }
     NfaTables *t = tables_of(capsule);
-    if (t == NULL || intern_info_of(t, items, config, &accepting, &callers) < 0) {
+    if (t == NULL || intern_info_of(t, items, &accepting, &callers) < 0) {
         return NULL;
     }
     return Py_BuildValue("(NN)", PyBool_FromLong(accepting), callers);
@@ -1456,7 +1447,7 @@ const char settle_context_doc[] = (
 "\n"
 "As ``ByteAutomaton._settle_context``: (the configuration that items called from\n"
 "configuration ``config`` name as their origin, its callers table with SELF made that\n"
-"configuration), given the table ``intern_info`` made with ``config`` SELF. Needs ``bind``.");
+"configuration), given the table ``intern_info`` made. Needs ``bind``.");
 
 PyObject *settle_context_py(PyObject *self, PyObject *args) {
     (void)self;
@@ -1483,8 +1474,8 @@ const char bind_doc[] = (
 "Binds an automaton's containers to its tables for ``successor`` and ``entry``: the\n"
 "closures of kernels inside a token ({kernel: config}), the index of configurations\n"
 "({items: config}), the per-configuration lists of items, acceptance, callers tables and\n"
-"call contexts, the call contexts by callers table, the scans of partly filled rows, the partitions by byte sets, a list whose\n"
-"one element is the successor table, and the lock that building configurations holds.");
+"call contexts, the call contexts by callers table, the scans of partly filled rows, the\n"
+"partitions by byte sets, a list whose one element is the successor table, and the lock that building configurations holds.");
 
 PyObject *bind_containers(PyObject *self, PyObject *args) {
     (void)self;
@@ -1546,7 +1537,7 @@ static long intern_items(NfaTables *t, PyObject *items) {
     }
     int accepting;
     PyObject *callers, *number = PyLong_FromSsize_t(config);
-    if (number == NULL || intern_info_of(t, items, SELF, &accepting, &callers) < 0) {
+    if (number == NULL || intern_info_of(t, items, &accepting, &callers) < 0) {
         Py_XDECREF(number);
         return -1;
     }

@@ -1598,11 +1598,11 @@ class ByteAutomaton:
         # The callers table with the origins of the configuration's own calls still SELF,
         # until its context is known.
         if self._native is not None:
-            accepting, callers = native.states.intern_info(self._native, items, SELF)
+            accepting, callers = native.states.intern_info(self._native, items)
             if callers is not None:
                 context, callers = native.states.settle_context(self._native, callers, cid)
         else:
-            accepting, callers = self._intern_info(items, SELF)
+            accepting, callers = self._intern_info(items)
             if callers is not None:
                 context, callers = self._settle_context(callers, cid)
         self._accepting.append(accepting)
@@ -1637,9 +1637,10 @@ class ByteAutomaton:
             }
         return context, callers
 
-    def _intern_info(self, items: frozenset, cid: int) -> tuple[bool, dict | None]:
+    def _intern_info(self, items: frozenset) -> tuple[bool, dict | None]:
         """(whether an item accepts, the rules its items call: {(rule, watch): [(return
-        position, origin, token state)]}, None if none; ``native.states.intern_info`` in C)."""
+        position, origin, token state)]}, None if none, the origins of calls made inside the
+        configuration left SELF for ``_settle_context``; ``native.states.intern_info`` in C)."""
         nfa = self._nfa
         kind, out, arg = nfa.kind, nfa.out, nfa.arg
         accepting = False
@@ -1651,8 +1652,6 @@ class ByteAutomaton:
             elif k == _CALL:
                 if callers is None:
                     callers = {}
-                if o is not None and o[0] == SELF:
-                    o = (cid, o[1])
                 callers.setdefault((arg[p], w), []).append((out[p], o, t))
         return accepting, callers
 
