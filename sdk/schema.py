@@ -65,6 +65,7 @@ from .schema_flatten import (
     and_subs,
     member_of as _member,
     pattern_matches,
+    type_of,
 )
 from .schema_inputs import SchemaInputError, parse_docstring, to_json_schema
 from .schema_numbers import CANONICAL_INT, NumberConstraintError, number_language, to_decimal, value_compare
@@ -492,10 +493,7 @@ class _Translator:
             return self._ref(flat.ref)
         types = flat.types if flat.types is not None else TYPE_ATOMS
         if flat.enum is not None:
-            values = [
-                v for v in flat.enum
-                if not _member(v, flat.exclude) and self._valid(v, flat.sources) and all(self._has_wanted(v, c) for c in flat.some_member)
-            ]
+            values = self._enum_values(flat)
             return alt(*(self.value_literal(v) for v in values)) if values else NOTHING
         excluded = flat.exclude
         options: list[Node] = []
@@ -516,6 +514,18 @@ class _Translator:
         if "object" in types:
             options.append(self._object(flat))
         return alt(*options) if options else NOTHING
+
+    def _enum_values(self, flat: Flat) -> list:
+        """The values of ``flat.enum`` that meet the rest of ``flat``: its types (narrowed by
+        negations, which the validator's schemas do not spell), exclusions, wanted members
+        and source schemas."""
+        return [
+            v for v in flat.enum
+            if (flat.types is None or type_of(v) in flat.types)
+            and not _member(v, flat.exclude)
+            and self._valid(v, flat.sources)
+            and all(self._has_wanted(v, c) for c in flat.some_member)
+        ]
 
     def _has_wanted(self, value: Any, wanted: SomeMember) -> bool:
         """Whether ``value`` (not an object: trivially) has the member ``wanted`` asks for."""
@@ -704,14 +714,17 @@ class _Translator:
             if flat.ref is not None:
                 return None
             if flat.enum is not None:
-                candidates = flat.enum
+                candidates = self._enum_values(flat)
             else:
                 types = flat.types if flat.types is not None else TYPE_ATOMS
                 if types - {"null", "boolean"}:
                     return None
-                candidates = ([None] if "null" in types else []) + ([True, False] if "boolean" in types else [])
+                candidates = [
+                    value for value in ([None] if "null" in types else []) + ([True, False] if "boolean" in types else [])
+                    if not _member(value, flat.exclude) and self._valid(value, flat.sources)
+                ]
             for value in candidates:
-                if not _member(value, flat.exclude) and self._valid(value, flat.sources) and not _member(value, values):
+                if not _member(value, values):
                     values.append(value)
         return values
 

@@ -566,7 +566,7 @@ def member_of(value: Any, values: list) -> bool:
 _member = member_of
 
 
-def _type_of(value: Any) -> str:
+def type_of(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -588,7 +588,7 @@ def _signature(alternatives: list[Flat]) -> tuple[frozenset | None, list | None,
             return None, None, {}
         flat_types = flat.types if flat.types is not None else TYPE_ATOMS
         if flat.enum is not None:
-            flat_types = flat_types & {_type_of(v) for v in flat.enum}
+            flat_types = flat_types & {type_of(v) for v in flat.enum}
         types |= flat_types
         if values is not None:
             values = values + flat.enum if flat.enum is not None else None
