@@ -1115,6 +1115,30 @@ def _lowest_byte(byte_set: int) -> int:
     return (byte_set & -byte_set).bit_length() - 1
 
 
+def _order_key(value) -> tuple:
+    """A key ordering item fields the same way in every process (set iteration order, and
+    with it the order of an item set's items, follows object addresses: ``hash(None)``)."""
+    if value is None:
+        return (0,)
+    if isinstance(value, bool):
+        return (6, value)
+    if isinstance(value, int):
+        return (1, int(value))
+    if isinstance(value, str):
+        return (2, value)
+    if isinstance(value, tuple):
+        return (3, tuple(map(_order_key, value)))
+    if isinstance(value, frozenset):
+        return (4, tuple(sorted(map(_order_key, value))))
+    return (5, repr(value))
+
+
+def _in_order(values):
+    """``values`` (callers keys or entries) sorted by ``_order_key``: searches that keep the
+    first of equally good candidates then choose alike in every process."""
+    return sorted(values, key=_order_key)
+
+
 class _RealizableDistances:
     """What ``ByteAutomaton.completion_bound`` reads for one set of spellable bytes:
     realizable distances to rule ends, counted repetitions, and memos."""
@@ -2295,7 +2319,7 @@ class ByteAutomaton:
                     if owed:
                         iteration = tables.iterations[counter]
                         cost += float("inf") if iteration is None else owed * len(iteration)
-            if cost >= best_cost:
+            if cost > best_cost:
                 continue
             if o is not None:
                 if o[1] is not None:
@@ -2307,7 +2331,8 @@ class ByteAutomaton:
                         caller, tables.continuation, dist, realizable=True, parents=tables.continuation_from
                     )
                 cost += continuations.get((owner[p], None), float("inf"))
-            if cost < best_cost:
+            # Equal costs: the first item in ``_order_key`` order, the same in every process.
+            if cost < best_cost or (best is not None and cost == best_cost and _order_key(item) < _order_key(best[1])):
                 best_cost = cost
                 best = (cost, item, owed)
         return best
@@ -2417,10 +2442,11 @@ class ByteAutomaton:
                 origin_config = config if o[0] == SELF else o[0]
                 table = self._continuation_table(origin_config, continuation, dist)
                 cost += table.get((owner[p], o[1]), float("inf"))
-            if cost < best or (cost == best and best_byte < 0):
-                best = cost
-                # A plain item's byte leads a step along a shortest path (see ``_dive``).
-                best_byte = _lowest_byte(mask[p]) if kind[p] == _BYTE else -1
+            # A plain item's byte leads a step along a shortest path (see ``_dive``); of
+            # equal costs, the lowest such byte, whatever order the items come in.
+            byte = _lowest_byte(mask[p]) if kind[p] == _BYTE else -1
+            if cost < best or (cost == best and byte >= 0 and (best_byte < 0 or byte < best_byte)):
+                best, best_byte = cost, byte
         return best, best_byte
 
     def _continuation_table(
@@ -2457,10 +2483,11 @@ class ByteAutomaton:
             best: dict = {}
             internal: dict = {}
             came_from: dict = {}
-            for key, entries in (self._callers[current] or {}).items():
+            callers = self._callers[current] or {}
+            for key in _in_order(callers):
                 if realizable and key[1] is not None:
                     continue
-                for ret, o, t in entries:
+                for ret, o, t in _in_order(callers[key]):
                     if realizable and (t is not None or (o is not None and o[1] is not None)):
                         continue
                     if o is None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +190,29 @@ def test_tight_budget_masks_match_each_tokens_own_cost():
         assert allowed == expected
         matcher.advance(int(rng.choice(matcher.allowed_token_ids())))
     assert json.loads(matcher.text_bytes())["tags"] is not None
+
+
+_TIED_COMPLETIONS = """
+from surecall.engine import Grammar
+automaton = Grammar.from_ebnf(\"\"\"
+start ::= 'x' ('ab' | 'cd' | 'ef') 'y' item (',' item)* ;
+item ::= 'p' | 'q' | 'r' | '[' item ']' ;
+\"\"\").automaton
+for prefix in (b"", b"x", b"xab", b"xaby", b"xabyp,", b"xabyp,["):
+    config = automaton.step_bytes(automaton.initial, prefix)
+    found = automaton.bound_completion(config), automaton.completion(config), automaton.shortest_completion(config)
+    print(prefix, *found, all(automaton.is_accepting(automaton.step_bytes(config, tail)) for tail in found))
+"""
+
+
+def test_equally_short_completions_are_chosen_alike_in_every_process():
+    # An item set iterates in an order that follows object addresses (``hash(None)``
+    # differs between processes): ties between equally short completions, which decide
+    # a binding budget's masks, are broken by the items themselves.
+    runs = {
+        subprocess.run([sys.executable, "-c", _TIED_COMPLETIONS], capture_output=True, text=True, check=True).stdout
+        for _ in range(6)
+    }
+    assert len(runs) == 1
+    lines = runs.pop().splitlines()
+    assert len(lines) == 6 and all(line.endswith(" True") for line in lines)
