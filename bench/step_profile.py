@@ -7,7 +7,8 @@
 Each schema is compiled cold (the engine's caches cleared, as ``mask_bench`` does) and
 walked once along its first valid instance; every step is one ``advance`` plus the next
 full-vocabulary mask, timed as in ``mask_bench``. Printed: the step total, mean, p50 and
-p99; how the total splits by step duration; the largest steps with the text before them,
+p99; (surecall) the parse states built and what the steps that built some cost a step
+and a state (``state_cost_fit``); how the total splits by step duration; the largest steps with the text before them,
 the token and (surecall) the parse states the step built; and for surecall the time spent
 inside each engine phase during the steps (``PHASES``: inclusive, so phases that call
 each other overlap). Unlike ``mask_bench`` this runs in the calling process, on whatever
@@ -170,6 +171,19 @@ def profile_steps(engine, tokenizer, jobs, *, phases=PHASES) -> Profile:
     return profile
 
 
+def state_cost_fit(steps: list[Step]) -> tuple[float, float] | None:
+    """(microseconds a step, microseconds a state built) fitted by least squares over the
+    steps that built parse states: what a new mask costs besides its states, and what each
+    state costs. None without two such steps of different counts."""
+    building = [step for step in steps if step.new_states]
+    counts = np.array([step.new_states for step in building], dtype=float)
+    if len(set(counts.tolist())) < 2:
+        return None
+    micros = np.array([step.seconds for step in building]) * 1e6
+    per_step, per_state = np.linalg.lstsq(np.column_stack([np.ones_like(counts), counts]), micros, rcond=None)[0]
+    return float(per_step), float(per_state)
+
+
 def report(profile: Profile, *, top: int = 20, out=print) -> None:
     micros = np.array([step.seconds for step in profile.steps]) * 1e6
     total = micros.sum()
@@ -181,6 +195,11 @@ def report(profile: Profile, *, top: int = 20, out=print) -> None:
     new_states = [step.new_states for step in profile.steps if step.new_states is not None]
     if new_states:
         out(f"parse states built during the steps: {sum(new_states)}")
+        fit = state_cost_fit(profile.steps)
+        if fit is not None:
+            building = [step for step in profile.steps if step.new_states]
+            out(f"steps that built states: {len(building)}, {sum(s.seconds for s in building) * 1e6 / total * 100:.1f}% "
+                f"of the time, least squares over them: {fit[0]:.0f} us a step + {fit[1]:.1f} us a state")
     out("")
     out("steps by duration:")
     for low, high in zip(BUCKETS_US, BUCKETS_US[1:] + (float("inf"),)):

@@ -199,6 +199,19 @@ def test_step_profile_takes_apart_the_steps_of_the_benchmark_walk(smollm2):
     assert micros[0] == pytest.approx(max(step.seconds for step in profile.steps) * 1e6, abs=1)
 
 
+def test_step_cost_fit_separates_what_a_step_and_a_state_cost():
+    from bench.step_profile import Step, state_cost_fit
+
+    def step(states, micros):
+        return Step("s", 0, "", "", micros / 1e6, states)
+
+    # Steps that built no state (cached masks) are left out of the fit.
+    steps = [step(n, 100 + 20 * n) for n in (1, 3, 10, 40)] + [step(0, 5), step(None, 7)]
+    per_step, per_state = state_cost_fit(steps)
+    assert per_step == pytest.approx(100) and per_state == pytest.approx(20)
+    assert state_cost_fit([step(2, 50), step(2, 70), step(0, 5)]) is None
+
+
 def test_step_profile_of_a_peer_reports_no_parse_states(smollm2):
     from bench.mask_bench import make_jobs
     from bench.step_profile import profile_steps
