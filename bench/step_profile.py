@@ -8,12 +8,13 @@ Each schema is compiled cold (the engine's caches cleared, as ``mask_bench`` doe
 walked once along its first valid instance; every step is one ``advance`` plus the next
 full-vocabulary mask, timed as in ``mask_bench``. Printed: the step total, mean, p50 and
 p99; (surecall) the parse states built and what the steps that built some cost a step
-and a state (``state_cost_fit``); how the total splits by step duration; the largest steps with the text before them,
-the token and (surecall) the parse states the step built; and for surecall the time spent
-inside each engine phase during the steps (``PHASES``: inclusive, so phases that call
-each other overlap). Unlike ``mask_bench`` this runs in the calling process, on whatever
-core it is given (``taskset -c 1 python -m bench.step_profile``), so its numbers compare
-with another run of it on the same machine, not with the benchmark's tables.
+and a state (``state_cost_fit``); how the total splits by step duration; the largest
+steps with the text before them, the token and (surecall) the parse states the step
+built; and for surecall the time spent inside each engine phase during the steps
+(``PHASES``: inclusive, so phases that call each other overlap). Unlike ``mask_bench``
+this runs in the calling process, on whatever core it is given (``taskset -c 1 python -m
+bench.step_profile``), so its numbers compare with another run of it on the same
+machine, not with the benchmark's tables.
 """
 
 from __future__ import annotations
