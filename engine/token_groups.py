@@ -229,9 +229,15 @@ class TokenGroup:
 
     @cached_property
     def _all_deferred(self) -> np.ndarray:
-        deferred = np.full(len(self.partial_nodes), DEFERRED, dtype=np.int32)
-        deferred.flags.writeable = False
-        return deferred
+        return _read_only(np.full(len(self.partial_nodes), DEFERRED, dtype=np.int32))
+
+    @cached_property
+    def _all_deferred_tokens(self) -> np.ndarray:
+        return _read_only(np.full(len(self.partial_ids), DEFERRED, dtype=np.int32))
+
+    @cached_property
+    def _partial_positions(self) -> np.ndarray:
+        return _read_only(np.arange(len(self.partial_ids), dtype=np.intp))
 
     def member_words_without_first(self, trie: TokenTrie, values: np.ndarray) -> np.ndarray:
         """Packed words of the members whose first byte is not one of ``values`` (their
@@ -289,8 +295,16 @@ class TokenGroup:
         exit_configs = _run_tails(automaton, exit_starts, exit_tails, exit_lengths)
         live = exit_configs != DEAD
         partial_tails, partial_lengths = self.partial_tails, self.partial_lengths
+        skipping = skip_first is not None and len(skip_first) > 0
         deferred_tails = None  # (starts, tails, lengths) of the partial rows left unstepped
         sure = self._partials_surely_live(automaton, config, chain) if defer_partials and len(partial_ids) else False
+        if sure is True and not skipping:
+            # Every partial token is live and deferred: the same arrays each time.
+            deferred = DeferredEnds(
+                automaton, partial_starts, partial_tails, partial_lengths,
+                positions=self._partial_positions, tail_of_token=partial_owner,
+            )
+            return exit_nodes[live], exit_configs[live], partial_ids, self._all_deferred_tokens, deferred
         if sure is False:
             partial_configs = _run_tails(automaton, partial_starts, partial_tails, partial_lengths)
         elif sure is True:
@@ -303,7 +317,7 @@ class TokenGroup:
             partial_configs[~sure] = _run_tails(automaton, starts[~sure], partial_tails[~sure], partial_lengths[~sure])
         token_configs = partial_configs[partial_owner] if len(partial_ids) else partial_configs[:0]
         partial_live = token_configs != DEAD
-        if skip_first is not None and len(skip_first):
+        if skipping:
             # Paths starting with a skipped byte are not the chain's: their tails ran from
             # a chain configuration they never reach, and are dropped here.
             skipped = _byte_flags(skip_first)
@@ -378,6 +392,11 @@ def _characters_surely_live(automaton, config: int, spec: GroupSpec) -> bool:
 
 #: Most sets of excepted first bytes whose member words are kept (each as large as the group's packed words).
 _EXCEPTED_BYTE_SETS_KEPT = 16
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
 
 
 def _byte_key(values: np.ndarray) -> bytes:
