@@ -328,6 +328,14 @@ class SurecallSession(Session):
     def parse_states(self) -> int:
         return self._matcher.automaton.num_configs
 
+    def forget_mask(self) -> None:
+        """Drop the current state's cached mask and token-group choice (its parse states
+        and transitions stay built), so that the next ``fill_mask`` walks it again."""
+        matcher = self._matcher
+        tables = matcher._tables
+        tables.masks.discard(matcher.config)
+        tables.chain_groups.pop(matcher.config, None)
+
     def restart(self) -> Session:
         return SurecallSession(self._engine, self._grammar)
 

@@ -3,6 +3,7 @@
     python -m bench.step_profile --tokenizer qwen                 # surecall on the full run's schemas
     python -m bench.step_profile --tokenizer qwen --engine llguidance
     python -m bench.step_profile --schemas Github_hard/o50114,send_email --top 40
+    python -m bench.step_profile --tokenizer qwen --rewalk        # new masks again, states built
 
 Each schema is compiled cold (the engine's caches cleared, as ``mask_bench`` does) and
 walked once along its first valid instance; every step is one ``advance`` plus the next
@@ -60,6 +61,8 @@ class Step:
     token: str
     seconds: float
     new_states: int | None
+    #: With ``rewalk``: the step's mask walked again once its parse states existed.
+    rewalk_seconds: float | None = None
 
 
 @dataclass
@@ -132,8 +135,12 @@ def timed_phases(phases=PHASES):
                 setattr(owner, name, original)
 
 
-def profile_steps(engine, tokenizer, jobs, *, phases=PHASES) -> Profile:
-    """Compile each job's schema cold and walk its first valid path (see the module docstring)."""
+def profile_steps(engine, tokenizer, jobs, *, phases=PHASES, rewalk: bool = False) -> Profile:
+    """Compile each job's schema cold and walk its first valid path (see the module docstring).
+
+    With ``rewalk`` (surecall), after each step that built parse states its mask is
+    forgotten and walked again, untimed in the step and outside the phases: what the mask
+    costs once the states it needs exist (``Step.rewalk_seconds``)."""
     from bench.mask_bench import walk
     from bench.peers import CompileError
 
@@ -156,9 +163,10 @@ def profile_steps(engine, tokenizer, jobs, *, phases=PHASES) -> Profile:
             def on_step(index, seconds, session=session, job=job, path=path, states=states, steps=steps):
                 now = session.parse_states()
                 new = None if now is None or states[0] is None else now - states[0]
-                states[0] = now
+                again = _rewalk_seconds(session, spent) if rewalk and new else None
+                states[0] = session.parse_states()
                 steps.append(Step(job["id"], index, tokenizer.decode(path[max(0, index - 3) : index]),
-                                  tokenizer.decode(path[index : index + 1]), seconds, new))
+                                  tokenizer.decode(path[index : index + 1]), seconds, new, again))
 
             accepted, _ = walk(session, path, on_step=on_step)
             # A refused path's steps are not the benchmark's (it counts passing schemas only).
@@ -170,6 +178,22 @@ def profile_steps(engine, tokenizer, jobs, *, phases=PHASES) -> Profile:
             for label, seconds in spent.items():
                 profile.phases[label] = profile.phases.get(label, 0.0) + seconds - before_walk.get(label, 0.0)
     return profile
+
+
+def _rewalk_seconds(session, spent: dict) -> float | None:
+    """Seconds to walk the session's current mask again, its parse states kept (None for
+    an engine that cannot forget a mask); the phases' totals are left as they were."""
+    forget = getattr(session, "forget_mask", None)
+    if forget is None:
+        return None
+    kept = dict(spent)
+    forget()
+    start = time.perf_counter()
+    session.fill_mask()
+    seconds = time.perf_counter() - start
+    spent.clear()
+    spent.update(kept)
+    return seconds
 
 
 def state_cost_fit(steps: list[Step]) -> tuple[float, float] | None:
@@ -201,6 +225,14 @@ def report(profile: Profile, *, top: int = 20, out=print) -> None:
             building = [step for step in profile.steps if step.new_states]
             out(f"steps that built states: {len(building)}, {sum(s.seconds for s in building) * 1e6 / total * 100:.1f}% "
                 f"of the time, least squares over them: {fit[0]:.0f} us a step + {fit[1]:.1f} us a state")
+    rewalked = [step for step in profile.steps if step.rewalk_seconds is not None]
+    if rewalked:
+        first = sum(step.seconds for step in rewalked) * 1e6
+        again = np.array([step.rewalk_seconds for step in rewalked]) * 1e6
+        out(f"their masks walked again once their states exist: {again.sum() / 1e3:.1f} ms against "
+            f"{first / 1e3:.1f} ms for the steps ({again.sum() / first * 100:.0f}%), mean {again.mean():.0f} us, "
+            f"p99 {np.percentile(again, 99):.0f} us; all steps so: mean "
+            f"{(total - first + again.sum()) / len(micros):.1f} us")
     out("")
     out("steps by duration:")
     for low, high in zip(BUCKETS_US, BUCKETS_US[1:] + (float("inf"),)):
@@ -232,13 +264,15 @@ def main(argv=None) -> Profile:
     parser.add_argument("--per-subset", type=int, default=FULL["per_subset"])
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--top", type=int, default=20, help="how many of the largest steps to list")
+    parser.add_argument("--rewalk", action="store_true",
+                        help="also time each new mask walked again once its parse states exist (surecall)")
     args = parser.parse_args(argv)
     tokenizer, engine, _ = prepared_engine(args.engine, args.tokenizer)
     cases = builtin_cases() + jsb_cases(args.per_subset, args.seed)
     if args.schemas:
         wanted = set(args.schemas.split(","))
         cases = [case for case in cases if case.id in wanted or case.id.split("/")[-1] in wanted]
-    profile = profile_steps(engine, tokenizer, make_jobs(cases, tokenizer))
+    profile = profile_steps(engine, tokenizer, make_jobs(cases, tokenizer), rewalk=args.rewalk)
     report(profile, top=args.top)
     return profile
 

@@ -246,14 +246,21 @@ class MaskCache:
 
     def put(self, key, entry: MaskEntry) -> None:
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.used -= old.nbytes
+            self._pop(key)
             self._entries[key] = entry
             self.used += entry.nbytes
             while self.used > self.max_bytes and len(self._entries) > 1:
                 _, evicted = self._entries.popitem(last=False)
                 self.used -= evicted.nbytes
+
+    def discard(self, key) -> None:
+        with self._lock:
+            self._pop(key)
+
+    def _pop(self, key) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.used -= old.nbytes
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -199,6 +199,48 @@ def test_step_profile_takes_apart_the_steps_of_the_benchmark_walk(smollm2):
     assert micros[0] == pytest.approx(max(step.seconds for step in profile.steps) * 1e6, abs=1)
 
 
+def test_step_profile_rewalks_exactly_the_masks_that_built_states(smollm2):
+    from bench.mask_bench import make_jobs
+    from bench.step_profile import profile_steps, report
+
+    jobs = make_jobs(builtin_cases(SCHEMAS), smollm2)
+    engine = ENGINES["surecall"](smollm2)
+    plain = profile_steps(engine, smollm2, jobs, phases=())
+    again = profile_steps(engine, smollm2, jobs, phases=(), rewalk=True)
+    # walking a mask again builds no state the next step would then miss
+    assert [step.new_states for step in again.steps] == [step.new_states for step in plain.steps]
+    assert all((step.rewalk_seconds is not None) == bool(step.new_states) for step in again.steps)
+    assert any(step.rewalk_seconds for step in again.steps)
+    assert all(step.rewalk_seconds is None for step in plain.steps)
+    lines = []
+    report(again, top=0, out=lines.append)
+    assert sum(line.startswith("their masks walked again") for line in lines) == 1
+    lines = []
+    report(plain, top=0, out=lines.append)
+    assert not any(line.startswith("their masks walked again") for line in lines)
+
+
+def test_a_forgotten_mask_is_walked_again_to_the_same_bits(smollm2):
+    from bench.mask_bench import make_jobs
+
+    job = make_jobs(builtin_cases(SCHEMAS[:1]), smollm2)[0]
+    session = ENGINES["surecall"](smollm2).compile(job["schema_text"])
+    session.fill_mask()
+    for token_id in job["valid"][0][:6]:
+        assert session.advance(token_id)
+        session.fill_mask()
+    masks, config = session._matcher._tables.masks, session._matcher.config
+    first, cached = session.bitmask.copy(), masks.get(config)
+    assert cached is not None
+    states = session.parse_states()
+    session.forget_mask()
+    assert masks.get(config) is None
+    session.fill_mask()
+    assert (session.bitmask == first).all()
+    assert masks.get(config) is not None and masks.get(config) is not cached
+    assert session.parse_states() == states
+
+
 def test_step_cost_fit_separates_what_a_step_and_a_state_cost():
     from bench.step_profile import Step, state_cost_fit
 

@@ -540,6 +540,11 @@ def test_mask_cache_is_bounded_by_bytes():
     assert cache.get(4) is entries[4]
     assert cache.get(0) is None  # least recently used went first
     assert cache.used == sum(cache.get(k).nbytes for k in range(5) if cache.get(k) is not None)
+    kept = [k for k in range(5) if cache.get(k) is not None]
+    cache.discard(kept[0])
+    cache.discard(kept[0])  # a key no longer there is no error
+    assert cache.get(kept[0]) is None and len(cache) == len(kept) - 1
+    assert cache.used == sum(cache.get(k).nbytes for k in kept[1:])
 
 
 @pytest.mark.parametrize(
