@@ -1096,10 +1096,12 @@ class Matcher(MatcherBase):
                 # on: its configurations follow without computing their moves.
                 span = min(shift_span(current, following), group.max_chars - count - 1)
                 if span > 0:
-                    chain[count + 1] = following
-                    for ahead in range(1, span + 1):
-                        chain[count + 1 + ahead] = self.automaton.count_shifted(int(chain[count + ahead]), 1)
-                    following, count = int(chain[count + 1 + span]), count + span
+                    shifted = self.automaton.count_shifted
+                    run = [following]
+                    for _ in range(span):
+                        run.append(shifted(run[-1], 1))
+                    chain[count + 1 : count + 2 + span] = run
+                    following, count = run[-1], count + span
             current, count = following, count + 1
         return chain
 
