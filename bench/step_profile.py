@@ -44,7 +44,7 @@ PHASES = (
     ("surecall.engine.token_groups", "TokenGroup.exits_from", "a group's exit paths"),
     ("surecall.engine.matcher", "Matcher._walk_below_first_bytes", "tokens below a group's excepted first bytes"),
     ("surecall.engine.automaton", "ByteAutomaton._compute_row_by_class", "rows computed by byte class (Python)"),
-    ("surecall.engine.automaton", "ByteAutomaton._prepare_classes", "an automaton's byte classes (once, at the first such row)"),
+    ("surecall.engine.automaton", "ByteAutomaton._byte_classes", "byte classes of rows computed by class"),
     ("surecall.engine.automaton", "ByteAutomaton.utf8_agrees", "multi-byte character checks"),
     ("surecall.engine.matcher", "MaskEntry.__init__", "packing masks"),
 )

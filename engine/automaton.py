@@ -1405,9 +1405,10 @@ class ByteAutomaton:
         # Configuration -> (a completion through it, where its own rest starts, whether
         # that rest is a shortest one).
         self._known_completions: dict[int, tuple[bytes, int, bool]] = {}
-        # Byte classes serve rows computed by class (watches, intersections): prepared on
-        # first use, and looked up per position as rows need them.
-        self._classes_by_mask: dict[int, tuple[int, ...]] | None = None
+        # Rows computed by class (watches, intersections): the classes by the sorted byte
+        # sets a configuration reads (``_byte_classes``).
+        self._class_tables: dict[tuple[int, ...], tuple] = {}
+        self._except_masks: list[int] | None = None
         self._consumed_masks: frozenset[int] | None = None
         self._count_bound_list: list[int] | None = None
         self._native = self._native_tables()
@@ -1424,50 +1425,46 @@ class ByteAutomaton:
             raise GrammarError("the grammar matches nothing (an intersection or a class is empty)")
 
     # -- byte classes -----------------------------------------------------------------
-    def _classes_at(self, p: int) -> tuple[int, ...] | None:
-        """The byte classes position ``p`` reads, None where it reads no byte (after
-        ``_prepare_classes``)."""
+    def _byte_classes(self, cid: int) -> tuple:
+        """(each byte's class, -1 where no item reads it; a representative byte per class;
+        the classes inside each byte set) for a configuration whose row is computed by
+        class: the bytes its items' byte sets, its intersections' and the ``except!``
+        strings' bytes all treat alike. Memoised by those byte sets."""
         nfa = self._nfa
-        mask = nfa.mask[p]
-        if not mask or nfa.kind[p] not in _CONSUMING:
-            return None
-        return self._classes_by_mask[mask]
+        kind, mask_of = nfa.kind, nfa.mask
+        masks = set(self._except_byte_masks())
+        for p, _o, _w, _t in self._configs[cid]:
+            mask = mask_of[p]
+            if mask and kind[p] in _CONSUMING:
+                masks.add(mask)
+                if kind[p] == _ISECT:
+                    masks.update(nfa.intersections[nfa.out[p]].masks())
+        key = tuple(sorted(masks))
+        found = self._class_tables.get(key)
+        if found is None:
+            _, class_of_byte, members, _targets, _fresh_row = self._partitions[key]
+            representative = [-1] * len(members)
+            for byte, number in enumerate(class_of_byte):
+                if number >= 0 and representative[number] < 0:
+                    representative[number] = byte
+            inside: dict[int, list[int]] = {mask: [] for mask in key}
+            for number, holding in enumerate(members):
+                for index in holding:
+                    inside[key[index]].append(number)
+            found = (
+                np.array(class_of_byte, dtype=np.intp), representative,
+                {mask: tuple(numbers) for mask, numbers in inside.items()},
+            )
+            self._class_tables[key] = found
+        return found
 
-    def _prepare_classes(self) -> None:
-        nfa = self._nfa
-        masks = set(self.consumed_masks())
-        for strings in nfa.except_strings:
-            for s in strings:
-                masks.update(1 << b for b in s)
-        masks.discard(_ALL_BYTES)
-        ordered = list(masks)
-        class_of_byte = np.zeros(256, dtype=np.intp)
-        representative = [0]
-        classes_by_mask: dict[int, tuple[int, ...]] = {}
-        if ordered:
-            packed = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in ordered), dtype=np.uint8)
-            bits = np.unpackbits(packed.reshape(len(ordered), 32), axis=1, bitorder="little")
-            signatures = np.packbits(bits.T, axis=1)  # one row of membership bits per byte
-            ids: dict[bytes, int] = {}
-            representative = []
-            for b, signature in enumerate(map(bytes, signatures)):
-                found = ids.get(signature)
-                if found is None:
-                    found = ids[signature] = len(representative)
-                    representative.append(b)
-                class_of_byte[b] = found
-            member_rows, member_classes = np.nonzero(bits[:, representative])
-            ends = np.cumsum(np.bincount(member_rows, minlength=len(ordered))).tolist()
-            classes = member_classes.tolist()
-            start = 0
-            for mask, end in zip(ordered, ends):
-                classes_by_mask[mask] = tuple(classes[start:end])
-                start = end
-        classes_by_mask[_ALL_BYTES] = tuple(range(len(representative)))
-        self._class_of_byte = class_of_byte
-        self._num_classes = len(representative)
-        self._representative = representative
-        self._classes_by_mask = classes_by_mask
+    def _except_byte_masks(self) -> list[int]:
+        """One-byte sets of every byte of an ``except!`` string (an item watching one
+        reads that byte apart from the rest)."""
+        found = self._except_masks
+        if found is None:
+            found = self._except_masks = sorted({1 << b for strings in self._nfa.except_strings for s in strings for b in s})
+        return found
 
     def _native_tables(self):
         """The NFA as C arrays for ``native.states``, or None without the extension."""
@@ -1782,24 +1779,23 @@ class ByteAutomaton:
         return {mask: tuple(scanned) for mask, scanned in by_mask.items()}
 
     def _compute_row_by_class(self, cid: int) -> None:
-        if self._classes_by_mask is None:
-            self._prepare_classes()
+        class_of_byte, representative, classes_inside = self._byte_classes(cid)
         nfa = self._nfa
-        kind, out, arg = nfa.kind, nfa.out, nfa.arg
+        kind, out, arg, mask_of = nfa.kind, nfa.out, nfa.arg, nfa.mask
         # Scanned items, and for each byte class the indices of the items it scans to.
         scanned_items: list = []
         by_class: defaultdict[int, list[int]] = defaultdict(list)
         for item in self._configs[cid]:
             p, o, w, t = item
-            classes = self._classes_at(p)
-            if classes is None:
+            if not mask_of[p] or kind[p] not in _CONSUMING:
                 continue
+            classes = classes_inside[mask_of[p]]
             if o is not None and o[0] == SELF:
                 o = (self._contexts[cid], o[1])
             k = kind[p]
             if k == _ISECT:
                 product = nfa.intersections[out[p]]
-                representatives = [self._representative[c] for c in classes]
+                representatives = [representative[c] for c in classes]
                 # Classes leading the product to the same state share one scanned item, so
                 # that their kernels agree and are closed once.
                 index_of_states: dict[tuple, int] = {}
@@ -1833,11 +1829,12 @@ class ByteAutomaton:
                     by_class[c].append(index)
                 continue
             for c in classes:
-                scanned = self._scan_special(p, o, w, t, self._representative[c])
+                scanned = self._scan_special(p, o, w, t, representative[c])
                 if scanned is not None:
                     by_class[c].append(len(scanned_items))
                     scanned_items.append(scanned)
-        successors = np.full(self._num_classes, DEAD, dtype=np.int32)
+        # One more entry, DEAD, for the bytes no item reads (class -1).
+        successors = np.full(len(representative) + 1, DEAD, dtype=np.int32)
         # Classes a terminal elsewhere in the grammar tells apart often scan to the same
         # items here: close each distinct kernel once.
         closed: dict[tuple, int] = {}
@@ -1847,7 +1844,7 @@ class ByteAutomaton:
             if found is None:
                 found = closed[key] = self._close([scanned_items[i] for i in indices], False)
             successors[c] = found
-        self._table[cid] = successors[self._class_of_byte]
+        self._table[cid] = successors[class_of_byte]
 
     def _scan_special(self, p: int, o, w, t, byte: int):
         """Scan one byte at an ``except!`` position or with pending exclusions."""
