@@ -1401,7 +1401,7 @@ class ByteAutomaton:
         # Spellable bytes (a 256-bit set) -> the distances ``completion_bound`` reads.
         self._realizable: dict[int, _RealizableDistances] = {}
         self._search_moves: dict[int, tuple] = {}
-        self._count_shifts: dict[int, int] = {}
+        self._count_shifts: dict[tuple[int, int], int] = {}
         # Configuration -> (a completion through it, where its own rest starts, whether
         # that rest is a shortest one).
         self._known_completions: dict[int, tuple[bytes, int, bool]] = {}
@@ -2080,19 +2080,17 @@ class ByteAutomaton:
 
     def count_shifted(self, config: int, by: int) -> int:
         """The configuration of ``config``'s items with every iteration count ``by`` higher
-        (see ``count_shift_span``: it is the one ``by`` moves lead to within the span)."""
-        # One count at a time, kept: the chains of a counted string's configurations
-        # overlap all but their last few counts.
-        for _ in range(by):
-            shifted = self._count_shifts.get(config)
-            if shifted is None:
-                items = _frozen(
-                    [(p, o, w, t + 1) if type(t) is int else (p, o, w, t) for p, o, w, t in self._configs[config]]
-                )
-                with self._lock:
-                    shifted = self._count_shifts[config] = self._intern(items)
-            config = shifted
-        return config
+        (see ``count_shift_span``: it is the one ``by`` moves lead to within the span).
+        Only it is built, not the ones between."""
+        key = (config, by)
+        shifted = self._count_shifts.get(key)
+        if shifted is None:
+            items = _frozen(
+                [(p, o, w, t + by) if type(t) is int else (p, o, w, t) for p, o, w, t in self._configs[config]]
+            )
+            with self._lock:
+                shifted = self._count_shifts[key] = self._intern(items)
+        return shifted
 
     def _count_bounds(self) -> list[int]:
         bounds = self._count_bound_list

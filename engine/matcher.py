@@ -72,6 +72,9 @@ from .vocab import TokenVocabulary
 
 DEAD = -1
 UNREACHABLE = 1 << 40
+#: A chain entry counted on but not made yet (``Matcher._chain``): ``_LAZY - j`` stands
+#: for entry ``j``'s configuration with every count higher by the entries between.
+_LAZY = -16
 #: Costs kept per token are int32: any cost past this fits no budget anyway.
 _COST_CEILING = np.iinfo(np.int32).max
 _ALL_BYTES = np.arange(256, dtype=np.uint8)
@@ -111,7 +114,44 @@ class Status(enum.Enum):
 
 def _member_ends(ends) -> np.ndarray | int:
     """The state each member of a group allowed whole leads to, from a ``MaskEntry`` base."""
-    return np.repeat(*ends) if isinstance(ends, tuple) else ends
+    if isinstance(ends, tuple):
+        return np.repeat(_made(ends[0]), ends[1])
+    return ends
+
+
+def _make_lazy_entries(automaton, chain: np.ndarray, positions: np.ndarray | None = None) -> None:
+    """Make ``chain``'s ``_LAZY`` entries at ``positions`` (all when None), in place."""
+    where = np.flatnonzero(chain <= _LAZY) if positions is None else positions[chain[positions] <= _LAZY]
+    for index in where.tolist():
+        base = _LAZY - int(chain[index])
+        chain[index] = automaton.count_shifted(int(chain[base]), index - base)
+
+
+class ChainStates:
+    """The configurations a group's members lead to by character count, some of them
+    counted on and made only when first read (a token budget reads them)."""
+
+    __slots__ = ("_automaton", "_states")
+
+    def __init__(self, automaton, states: np.ndarray) -> None:
+        # Weakly, as ``DeferredEnds`` holds its automaton.
+        self._automaton = weakref.ref(automaton)
+        self._states = states
+
+    @property
+    def nbytes(self) -> int:
+        return self._states.nbytes
+
+    def made(self) -> np.ndarray:
+        automaton = self._automaton()
+        if automaton is None:
+            raise RuntimeError("the automaton of these token ends is gone")
+        _make_lazy_entries(automaton, self._states)
+        return self._states
+
+
+def _made(states) -> np.ndarray:
+    return states.made() if isinstance(states, ChainStates) else states
 
 
 def _member_ids(base: tuple) -> np.ndarray:
@@ -206,7 +246,7 @@ class MaskEntry:
             member_ends = self._base[2]
             if isinstance(member_ends, tuple):
                 states, counts = member_ends
-                parts.append(states[counts > 0])
+                parts.append(_made(states)[counts > 0])
             else:
                 parts.append(np.array([member_ends], dtype=np.int32))
         if not parts:
@@ -836,15 +876,20 @@ class Matcher(MatcherBase):
         # (for a loop: back at ``config``): decide them at once, then walk only the
         # subtrees where tokens leave the group.
         group, chain, exceptions = found
+        # Token hooks read every token's configuration, and a budget every allowed one's:
+        # none is deferred for them.
+        deferring = not self._hooks and self.max_tokens is None
+        if chain is not None:
+            # The exits and partial characters start from their counts' configurations;
+            # the members' ones are made when read (past a group's excepted first bytes,
+            # where they are listed, at once).
+            _make_lazy_entries(self.automaton, chain, group.chain_counts if deferring and exceptions is None else None)
         if exceptions is not None:
             # Tokens starting with an excepted byte are walked below it; the rest of the
             # group's paths follow the chain.
             self._walk_below_first_bytes(config, exceptions, id_parts, end_parts)
-        # Token hooks read every token's configuration, and a budget every allowed one's:
-        # none is deferred for them.
         frontier_nodes, frontier_configs, partial_ids, partial_configs, deferred_ends = group.exits_from(
-            self.automaton, config, chain, trie=trie, skip_first=exceptions,
-            defer_partials=not self._hooks and self.max_tokens is None,
+            self.automaton, config, chain, trie=trie, skip_first=exceptions, defer_partials=deferring,
         )
         if deferred_ends is not None:
             deferred_ends.shift(sum(len(part) for part in id_parts))
@@ -858,7 +903,10 @@ class Matcher(MatcherBase):
             # One character in, the group loops: every other member ends there.
             return None, group.member_words_without_first(trie, exceptions), int(chain[1])
         if exceptions is None:
-            return group.members_along(chain)
+            ids, words, (states, counts) = group.members_along(chain)
+            if (states <= _LAZY).any():
+                states = ChainStates(self.automaton, states)
+            return ids, words, (states, counts)
         member_ends = chain[group.member_chars]
         live = (member_ends != DEAD) & ~np.isin(group.first_bytes(trie)[0], exceptions)
         id_parts.append(group.member_ids[live])
@@ -1077,7 +1125,8 @@ class Matcher(MatcherBase):
 
     def _chain(self, group, config: int, successor: int) -> np.ndarray | None:
         """Configurations after 0..max_chars characters of ``group`` (DEAD once they die), or
-        None when the characters stop agreeing somewhere along the way."""
+        None when the characters stop agreeing somewhere along the way. Entries a counted
+        repetition only counts on may be ``_LAZY`` (see ``_make_lazy_entries``)."""
         chain = np.full(group.max_chars + 1, DEAD, dtype=np.int32)
         chain[0] = config
         current, count = successor, 1
@@ -1096,12 +1145,14 @@ class Matcher(MatcherBase):
                 # on: its configurations follow without computing their moves.
                 span = min(shift_span(current, following), group.max_chars - count - 1)
                 if span > 0:
-                    shifted = self.automaton.count_shifted
-                    run = [following]
-                    for _ in range(span):
-                        run.append(shifted(run[-1], 1))
-                    chain[count + 1 : count + 2 + span] = run
-                    following, count = run[-1], count + span
+                    # The configurations between are made only where a mask reads them
+                    # (``_make_lazy_entries``): the counts of the group's exits, a few on a
+                    # small vocabulary (0-4 on SmolLM2's), about a third of a chain on a
+                    # large one; the members' ones only for a token budget.
+                    chain[count + 1] = following
+                    chain[count + 2 : count + 1 + span] = _LAZY - (count + 1)
+                    following = self.automaton.count_shifted(following, span)
+                    count += span
             current, count = following, count + 1
         return chain
 

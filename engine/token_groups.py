@@ -223,6 +223,11 @@ class TokenGroup:
         return np.isin(self.partial_chars, counts[np.array(by_count)])
 
     @cached_property
+    def chain_counts(self) -> np.ndarray:
+        """The character counts a chain's configuration is read at by ``exits_from``."""
+        return distinct(np.concatenate([self.exit_chars, self.partial_chars]))
+
+    @cached_property
     def _partial_counts(self) -> np.ndarray:
         """The character counts before partial characters (a few: tokens are short)."""
         return distinct(self.partial_chars)

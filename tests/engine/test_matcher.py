@@ -757,6 +757,37 @@ def test_masks_of_counted_strings_equal_brute_force_where_chains_count_on(low, h
         assert counted_on, "the chains never counted on"
 
 
+def test_a_counted_chain_makes_what_a_mask_reads_and_the_rest_when_a_budget_reads_it():
+    # Counting on leaves the configurations between unmade: the counts of the group's
+    # exits are made for the mask, the members' ones only when their ends are read.
+    from surecall.engine.grammar import Grammar
+    from surecall.engine.ir import chars, literal, repeat, seq
+    from surecall.engine.matcher import _LAZY
+
+    vocab = _string_vocabulary()
+    body = chars([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)])
+    grammar = Grammar({"start": seq(literal('"'), repeat(body, 0, 40), literal('"'))})
+    plain = Matcher(grammar, vocab)
+    quote = vocab.tokenize_bytes(b'"')
+    assert plain.advance_many(quote) != Status.REJECTED
+    config, automaton = plain.config, plain.automaton
+    allowed = plain.allowed_token_ids().tolist()
+    group, chain, exceptions = plain._tables.chain_groups[config]
+    assert exceptions is None
+    assert (chain <= _LAZY).any() and (chain[group.chain_counts] > _LAZY).all()
+    # A budgeted matcher of the same grammar shares that mask and reads every token's end.
+    budgeted = Matcher(grammar, vocab, max_tokens=60)
+    assert budgeted.advance_many(quote) != Status.REJECTED
+    entry = budgeted._tables.masks.get(config)
+    assert entry is plain._tables.masks.get(config)
+    ends = dict(zip(entry.ids.tolist(), entry.ends.tolist()))
+    assert sorted(ends) == allowed
+    for token_id, end in ends.items():
+        assert end == automaton.step_bytes(config, vocab.token_bytes(token_id)), token_id
+    assert set(entry.distinct_ends().tolist()) == set(ends.values())
+    assert budgeted.allowed_token_ids().tolist() == allowed  # every token fits 60
+
+
 def _assert_walk_finds_what_stepping_finds(vocab, pattern: str, prefix: bytes) -> None:
     """At the configuration after ``prefix``, the walk's tokens and their ends (deferred ones
     read) are those that stepping each token's bytes gives."""
