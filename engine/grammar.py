@@ -31,7 +31,7 @@ def _cached_automaton(key, rules: dict[str, Node], start: str, text_mode: bool) 
         if found is not None:
             _cache.move_to_end(cache_key)
             return found
-    with collector_paused():
+    with collector_paused(promote=True):
         automaton = ByteAutomaton(build_nfa(rules, start), text_mode=text_mode)
     with _cache_lock:
         _cache[cache_key] = automaton
