@@ -1463,7 +1463,8 @@ class ByteAutomaton:
         reads that byte apart from the rest)."""
         found = self._except_masks
         if found is None:
-            found = self._except_masks = sorted({1 << b for strings in self._nfa.except_strings for s in strings for b in s})
+            strings = [s for group in self._nfa.except_strings for s in group]
+            found = self._except_masks = sorted({1 << b for s in strings for b in s})
         return found
 
     def _native_tables(self):
