@@ -66,7 +66,7 @@ import numpy as np
 
 from . import native
 from .errors import TokenBudgetError
-from .token_groups import DeferredEnds, group_tables_for, uniform_successor
+from .token_groups import DeferredEnds, group_tables_for, living_automaton, uniform_successor
 from .trie import ASCII_BYTES, distinct, pack_ids, unpack_ids, words_for
 from .vocab import TokenVocabulary
 
@@ -143,10 +143,7 @@ class ChainStates:
         return self._states.nbytes
 
     def made(self) -> np.ndarray:
-        automaton = self._automaton()
-        if automaton is None:
-            raise RuntimeError("the automaton of these token ends is gone")
-        _make_lazy_entries(automaton, self._states)
+        _make_lazy_entries(living_automaton(self._automaton), self._states)
         return self._states
 
 

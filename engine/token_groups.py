@@ -377,10 +377,17 @@ class DeferredEnds:
 
     def resolve(self) -> np.ndarray:
         """The configuration after each deferred token (in the order of ``positions``)."""
-        automaton = self._automaton()
-        if automaton is None:
-            raise RuntimeError("the automaton of these token ends is gone")
+        automaton = living_automaton(self._automaton)
         return _run_tails(automaton, self._starts, self._tails, self._lengths)[self._tail_of_token]
+
+
+def living_automaton(reference: weakref.ref):
+    """The automaton a weak reference held for token ends computed later (masks are kept
+    in a table weakly keyed by their automaton, which a strong reference would keep alive)."""
+    automaton = reference()
+    if automaton is None:
+        raise RuntimeError("the automaton of these token ends is gone")
+    return automaton
 
 
 def _characters_surely_live(automaton, config: int, spec: GroupSpec) -> bool:
