@@ -1711,118 +1711,176 @@ static int range_meets(const uint8_t bits[32], int low, int high) {
     return inside == 0 ? RANGE_MISSED : inside == high - low + 1 ? RANGE_HELD : RANGE_SPLIT;
 }
 
-/* As ``ByteAutomaton._kernel_after``: a frozenset, None (a new reference to it) when the
- * range splits a byte set, NULL on error. */
-static PyObject *kernel_after(NfaTables *t, PyObject *by_mask, int low, int high) {
-    PyObject *items = PyList_New(0), *mask, *scanned;
-    Py_ssize_t position = 0;
-    if (items == NULL) {
-        return NULL;
+/* A set of scanned items (position, origin, None, token state) while ``utf8_agrees`` follows
+ * the characters: C arrays rather than frozensets, the origins and states borrowed from the
+ * scan, which holds them. Members are distinct by value, as a frozenset's are. */
+typedef struct {
+    int32_t position;
+    PyObject *origin, *state;
+} ScanItem;
+
+typedef struct {
+    ScanItem *items;
+    Py_ssize_t size, capacity;
+} ItemSet;
+
+/* Whether two fields are equal as Python compares them: 1, 0, -1 on error. */
+static int same_field(PyObject *a, PyObject *b) {
+    return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
+/* 1 when ``set`` holds an item equal to (position, origin, state), 0 if not, -1 on error. */
+static int item_set_holds(const ItemSet *set, int32_t position, PyObject *origin, PyObject *state) {
+    for (Py_ssize_t i = 0; i < set->size; i++) {
+        const ScanItem *item = &set->items[i];
+        if (item->position != position) {
+            continue;
+        }
+        int same = same_field(item->origin, origin);
+        if (same > 0) {
+            same = same_field(item->state, state);
+        }
+        if (same != 0) {
+            return same;
+        }
     }
+    return 0;
+}
+
+static int item_set_add(ItemSet *set, int32_t position, PyObject *origin, PyObject *state) {
+    const int held = item_set_holds(set, position, origin, state);
+    if (held != 0) {
+        return held < 0 ? -1 : 0;
+    }
+    if (set->size == set->capacity) {
+        const Py_ssize_t capacity = set->capacity ? set->capacity * 2 : 32;
+        ScanItem *grown = (ScanItem *)realloc(set->items, (size_t)capacity * sizeof(ScanItem));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        set->items = grown;
+        set->capacity = capacity;
+    }
+    set->items[set->size++] = (ScanItem){position, origin, state};
+    return 0;
+}
+
+/* One byte set of a scan: its bytes and the items it scans to (a tuple, borrowed). */
+typedef struct {
+    uint8_t bits[32];
+    PyObject *scanned;
+} ScanPart;
+
+/* The parts of ``by_mask`` into ``*parts`` (malloc'd, ``*count`` of them); -1 on error. */
+static int scan_parts(NfaTables *t, PyObject *by_mask, ScanPart **parts, Py_ssize_t *count) {
+    const Py_ssize_t size = PyDict_GET_SIZE(by_mask);
+    *count = 0;
+    *parts = (ScanPart *)malloc((size_t)(size > 0 ? size : 1) * sizeof(ScanPart));
+    if (*parts == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject *mask, *scanned;
+    Py_ssize_t position = 0;
     while (PyDict_Next(by_mask, &position, &mask, &scanned)) {
-        uint8_t own[32];
-        const uint8_t *bits = own;
+        ScanPart *part = &(*parts)[*count];
+        if (!PyTuple_Check(scanned)) {
+            PyErr_SetString(PyExc_TypeError, "scanned items are not a tuple");
+            return -1;
+        }
         PyObject *index = PyDict_GetItemWithError(t->mask_ids, mask);
         if (index != NULL) {
-            long i = PyLong_AsLong(index);
+            const long i = PyLong_AsLong(index);
             if (i < 0 || i >= PyDict_GET_SIZE(t->mask_ids)) {
                 if (!PyErr_Occurred()) {
                     PyErr_SetString(PyExc_ValueError, "a byte set's index is out of range");
                 }
-                Py_DECREF(items);
-                return NULL;
+                return -1;
             }
-            bits = t->mask_bits[i];
-        } else if (PyErr_Occurred() || bits_of_int(mask, own) < 0) {
-            Py_DECREF(items);
-            return NULL;
+            memcpy(part->bits, t->mask_bits[i], 32);
+        } else if (PyErr_Occurred() || bits_of_int(mask, part->bits) < 0) {
+            return -1;
         }
-        const int meets = range_meets(bits, low, high);
-        if (meets == RANGE_SPLIT) {
-            Py_DECREF(items);
-            Py_RETURN_NONE;
-        }
-        if (meets == RANGE_HELD) {
-            if (!PyTuple_Check(scanned)) {
-                PyErr_SetString(PyExc_TypeError, "scanned items are not a tuple");
-                Py_DECREF(items);
-                return NULL;
-            }
-            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(scanned); j++) {
-                if (PyList_Append(items, PyTuple_GET_ITEM(scanned, j)) < 0) {
-                    Py_DECREF(items);
-                    return NULL;
-                }
-            }
-        }
+        part->scanned = scanned;
+        (*count)++;
     }
-    PyObject *kernel = PyFrozenSet_New(items);
-    Py_DECREF(items);
-    return kernel;
+    return 0;
 }
 
-/* As ``ByteAutomaton._plain_kernel_after``, returning as ``kernel_after`` does. */
-static PyObject *plain_kernel_after(NfaTables *t, PyObject *kernel, int low, int high) {
-    PyObject *items = PyList_New(0), *iterator = items == NULL ? NULL : PyObject_GetIter(kernel), *item;
-    PyObject *result = NULL;
-    if (iterator == NULL) {
-        Py_XDECREF(items);
-        return NULL;
+/* The items any byte of low..high scans to (into the empty ``out``): 1, 0 when the range
+ * splits a byte set or a scanned item has a watch (no single answer: not agreeing), -1 on
+ * error. As ``ByteAutomaton._kernel_after``. */
+static int items_after_range(NfaTables *t, const ScanPart *parts, Py_ssize_t count, int low, int high, ItemSet *out) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const int meets = range_meets(parts[i].bits, low, high);
+        if (meets == RANGE_SPLIT) {
+            return 0;
+        }
+        if (meets == RANGE_MISSED) {
+            continue;
+        }
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(parts[i].scanned); j++) {
+            int32_t p;
+            PyObject *o, *w, *state;
+            if (unpack_item(t, PyTuple_GET_ITEM(parts[i].scanned, j), &p, &o, &w, &state) < 0) {
+                return -1;
+            }
+            if (w != Py_None) {
+                return 0;
+            }
+            if (item_set_add(out, p, o, state) < 0) {
+                return -1;
+            }
+        }
     }
-    int split = 0;
-    while (!split && (item = PyIter_Next(iterator)) != NULL) {
-        int32_t p;
-        PyObject *o, *w, *state;
+    return 1;
+}
+
+/* The items after any byte of low..high from ``kernel`` (into the empty ``out``), when its
+ * closure reaches only plain byte positions: as ``items_after_range``. As
+ * ``ByteAutomaton._plain_kernel_after``. */
+static int plain_items_after(NfaTables *t, const ItemSet *kernel, int low, int high, ItemSet *out) {
+    for (Py_ssize_t i = 0; i < kernel->size; i++) {
+        const ScanItem *item = &kernel->items[i];
         const int32_t *reached;
         int32_t count;
-        int status = unpack_item(t, item, &p, &o, &w, &state);
-        if (status == 0) {
-            status = local_closure(t, p, &reached, &count);
+        if (local_closure(t, item->position, &reached, &count) < 0) {
+            return -1;
         }
-        for (int32_t i = 0; status == 0 && !split && i < count; i++) {
-            const int32_t q = reached[i];
-            if (t->kind[q] != K_BYTE || t->arg[q] >= 0 || w != Py_None) {
-                split = 1;
-                break;
+        for (int32_t k = 0; k < count; k++) {
+            const int32_t q = reached[k];
+            if (t->kind[q] != K_BYTE || t->arg[q] >= 0) {
+                return 0;
             }
             const int32_t index = mask_index(t, q);
             if (index < 0) {
-                status = -1;
-                break;
+                return -1;
             }
             const int meets = range_meets(t->mask_bits[index], low, high);
             if (meets == RANGE_SPLIT) {
-                split = 1;
-            } else if (meets == RANGE_HELD) {
-                PyObject *made = item_of(t, t->out[q], o, Py_None, state);
-                status = made == NULL ? -1 : PyList_Append(items, made);
-                Py_XDECREF(made);
+                return 0;
+            }
+            if (meets == RANGE_HELD && item_set_add(out, t->out[q], item->origin, item->state) < 0) {
+                return -1;
             }
         }
-        Py_DECREF(item);
-        if (status < 0) {
-            goto done;
-        }
     }
-    if (PyErr_Occurred()) {
-        goto done;
-    }
-    if (split) {
-        Py_INCREF(Py_None);
-        result = Py_None;
-    } else {
-        result = PyFrozenSet_New(items);
-    }
-
-done:
-    Py_DECREF(iterator);
-    Py_DECREF(items);
-    return result;
+    return 1;
 }
 
-/* Truth of a kernel as Python sees it: None and the empty set are false. */
-static int kernel_is_empty(PyObject *kernel) {
-    return kernel == Py_None || PySet_GET_SIZE(kernel) == 0;
+/* Whether two item sets are equal: 1, 0, -1 on error. */
+static int item_sets_equal(const ItemSet *a, const ItemSet *b) {
+    if (a->size != b->size) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < a->size; i++) {
+        const int held = item_set_holds(b, a->items[i].position, a->items[i].origin, a->items[i].state);
+        if (held <= 0) {
+            return held;
+        }
+    }
+    return 1;
 }
 
 const char utf8_agrees_doc[] = (
@@ -1831,6 +1889,71 @@ const char utf8_agrees_doc[] = (
 "As ``ByteAutomaton._utf8_kernels_agree`` given a configuration's scan ``by_mask``\n"
 "(from ``plain_scans``): whether every UTF-8 form of ``forms`` (lead byte range,\n"
 "continuation ranges) leads to the items ``ascii_byte`` leads to.");
+
+/* A (low, high) byte range of ``utf8_agrees``'s forms (read without PyArg_ParseTuple: the
+ * forms are read at every call); -1 with an exception set when it is not one. */
+static int byte_range(PyObject *pair, int *low, int *high) {
+    if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+        const long first = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+        const long last = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        if (!PyErr_Occurred() && 0 <= first && first <= last && last <= 255) {
+            *low = (int)first;
+            *high = (int)last;
+            return 0;
+        }
+    }
+    if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "utf8_agrees: a range is not a (low, high) byte range");
+    }
+    return -1;
+}
+
+/* The answer of ``utf8_agrees`` for parsed arguments: 1, 0, -1 on error. */
+static int characters_agree(NfaTables *t, const ScanPart *parts, Py_ssize_t count, int ascii_byte, PyObject *forms,
+                            ItemSet sets[3]) {
+    ItemSet *target = &sets[0];
+    int agrees = items_after_range(t, parts, count, ascii_byte, ascii_byte, target);
+    if (agrees <= 0 || target->size == 0) {
+        return agrees < 0 ? -1 : 0;
+    }
+    for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(forms); f++) {
+        PyObject *form = PyTuple_GET_ITEM(forms, f), *continuations;
+        int lead_low, lead_high;
+        if (!PyTuple_Check(form) || PyTuple_GET_SIZE(form) != 2 ||
+            !PyTuple_Check(continuations = PyTuple_GET_ITEM(form, 1)) ||
+            byte_range(PyTuple_GET_ITEM(form, 0), &lead_low, &lead_high) < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "utf8_agrees: a form is not (lead range, continuation ranges)");
+            }
+            return -1;
+        }
+        ItemSet *kernel = &sets[1], *next = &sets[2];
+        kernel->size = 0;
+        if ((agrees = items_after_range(t, parts, count, lead_low, lead_high, kernel)) <= 0) {
+            return agrees;
+        }
+        for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(continuations); c++) {
+            int low, high;
+            if (byte_range(PyTuple_GET_ITEM(continuations, c), &low, &high) < 0) {
+                return -1;
+            }
+            if (kernel->size == 0) {
+                return 0;  /* the character dies where the ASCII byte lives */
+            }
+            next->size = 0;
+            if ((agrees = plain_items_after(t, kernel, low, high, next)) <= 0) {
+                return agrees;
+            }
+            ItemSet *swap = kernel;
+            kernel = next;
+            next = swap;
+        }
+        if ((agrees = item_sets_equal(kernel, target)) <= 0) {
+            return agrees;
+        }
+    }
+    return 1;
+}
 
 PyObject *utf8_agrees(PyObject *self, PyObject *args) {
     (void)self;
@@ -1848,57 +1971,18 @@ PyObject *utf8_agrees(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "utf8_agrees: ascii_byte is not a byte");
         return NULL;
     }
-    PyObject *target = kernel_after(t, by_mask, ascii_byte, ascii_byte);
-    if (target == NULL) {
-        return NULL;
+    ScanPart *parts = NULL;
+    Py_ssize_t count = 0;
+    ItemSet sets[3] = {{NULL, 0, 0}, {NULL, 0, 0}, {NULL, 0, 0}};
+    int agrees = scan_parts(t, by_mask, &parts, &count);
+    if (agrees == 0) {
+        agrees = characters_agree(t, parts, count, ascii_byte, forms, sets);
     }
-    int agrees = !kernel_is_empty(target);
-    for (Py_ssize_t f = 0; agrees == 1 && f < PyTuple_GET_SIZE(forms); f++) {
-        int lead_low, lead_high;
-        PyObject *continuations;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(forms, f), "(ii)O!:utf8_agrees form", &lead_low, &lead_high,
-                              &PyTuple_Type, &continuations)) {
-            agrees = -1;
-            break;
-        }
-        if (lead_low < 0 || lead_high > 255 || lead_low > lead_high) {
-            PyErr_SetString(PyExc_ValueError, "utf8_agrees: a form's range is not a byte range");
-            agrees = -1;
-            break;
-        }
-        PyObject *kernel = kernel_after(t, by_mask, lead_low, lead_high);
-        for (Py_ssize_t c = 0; kernel != NULL && c < PyTuple_GET_SIZE(continuations); c++) {
-            int low, high;
-            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(continuations, c), "ii:utf8_agrees range", &low, &high) ||
-                low < 0 || high > 255 || low > high) {
-                if (!PyErr_Occurred()) {
-                    PyErr_SetString(PyExc_ValueError, "utf8_agrees: a continuation is not a byte range");
-                }
-                Py_CLEAR(kernel);
-                break;
-            }
-            if (kernel_is_empty(kernel)) {
-                Py_DECREF(kernel);
-                kernel = Py_None;
-                Py_INCREF(kernel);
-                break;
-            }
-            PyObject *next = plain_kernel_after(t, kernel, low, high);
-            Py_DECREF(kernel);
-            kernel = next;
-        }
-        if (kernel == NULL) {
-            agrees = -1;
-            break;
-        }
-        agrees = kernel == Py_None ? 0 : PyObject_RichCompareBool(kernel, target, Py_EQ);
-        Py_DECREF(kernel);
+    free(parts);
+    for (int i = 0; i < 3; i++) {
+        free(sets[i].items);
     }
-    Py_DECREF(target);
-    if (agrees < 0) {
-        return NULL;
-    }
-    return PyBool_FromLong(agrees);
+    return agrees < 0 ? NULL : PyBool_FromLong(agrees);
 }
 
 

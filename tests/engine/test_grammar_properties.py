@@ -348,16 +348,28 @@ def test_native_state_building_matches_python_with_exclusions_pending_across_cal
 
 UTF8_AGREEMENT_PATTERNS = [
     r'"[^"\\]*"', r'"[^"é]*"', r'"[a-z\u00e0-\u00ff]*"', r'"(x|[^"\\]){0,3}"', r'[α-ω]+|[^a-z]', r'(\w|日)+',
-    r'.{2}x', r'"([^"\\]|\\u[0-9a-f]{4})*"',
+    r'.{2}x', r'"([^"\\]|\\u[0-9a-f]{4})*"', r'"(ax|[^"a]y)*"',
+]
+#: Strings inside called rules, so that items carry origins (the same rule called from
+#: several places, and recursively).
+UTF8_AGREEMENT_GRAMMARS = [
+    GRAMMARS["json"],
+    "start ::= '{' (key ':' value (',' key ':' value)*)? '}'; key ::= '\"' #'[^\"\\\\]*' '\"';"
+    " value ::= key | '[' (value (',' value)*)? ']' | start;",
+    "start ::= (word ' ' | '(' start ')')+; word ::= #'[a-zé日]+' | #'[^ ()]{1,3}';",
 ]
 
 
 @pytest.mark.skipif(native.states is None, reason="the native extension is not built")
-@pytest.mark.parametrize("pattern", UTF8_AGREEMENT_PATTERNS)
+@pytest.mark.parametrize("source", [("regex", p) for p in UTF8_AGREEMENT_PATTERNS] + [("ebnf", g) for g in UTF8_AGREEMENT_GRAMMARS])
 @settings(max_examples=20, deadline=None)
-@given(choices=st.lists(st.integers(0, 1_000), max_size=12), ascii_byte=st.integers(0x20, 0x7E))
-def test_native_utf8_agreement_matches_python(pattern, choices, ascii_byte):
-    grammar = Grammar.from_regex(pattern)
+@given(
+    choices=st.lists(st.integers(0, 1_000), max_size=12),
+    ascii_byte=st.one_of(st.sampled_from(b'a"x '), st.integers(0x20, 0x7E)),
+)
+def test_native_utf8_agreement_matches_python(source, choices, ascii_byte):
+    kind, text = source
+    grammar = Grammar.from_regex(text) if kind == "regex" else Grammar.from_ebnf(text)
     built, python_only = _python_and_native_automata(dict(grammar.rules), grammar.start)
     # The same steps on both, so that configurations are numbered alike.
     native_found, python_found = [], []
