@@ -68,7 +68,7 @@ from .schema_flatten import (
     type_of,
 )
 from .schema_inputs import SchemaInputError, parse_docstring, to_json_schema
-from .schema_numbers import CANONICAL_INT, NumberConstraintError, number_language, to_decimal, value_compare
+from .schema_numbers import NumberConstraintError, number_language, to_decimal, value_compare
 from .schema_strings import (
     ANY_DECODED_CHAR,
     ANY_STRING_BODY,
@@ -587,25 +587,22 @@ class _Translator:
         elif flat.multiples:
             multiple = flat.multiples[0]
         excluded = [to_decimal(v) for v in flat.exclude if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        node = self._number_language(flat, integer, non_integer, multiple, excluded)
-        if integer and self.plain_integers:
-            node = Intersect((node, seq(optional("-"), CANONICAL_INT)))
-        return node
+        return self._number_language(flat, integer, non_integer, multiple, excluded)
 
     def _number_language(self, flat: Flat, integer: bool, non_integer: bool, multiple, excluded: list) -> Node:
+        common = dict(
+            integer=integer, lower=flat.lower, upper=flat.upper, non_integer=non_integer, excluded=tuple(excluded),
+            plain_integer=self.plain_integers,
+        )
         try:
             return number_language(
-                integer=integer,
-                lower=flat.lower,
-                upper=flat.upper,
+                **common,
                 multiple=multiple,
-                non_integer=non_integer,
-                excluded=tuple(excluded),
                 not_multiples=tuple(to_decimal(step) for kind, step in flat.not_matching if kind == "multipleOf"),
             )
         except NumberConstraintError as error:
             self.unsupported("multipleOf", flat.pointer, str(error))
-            return number_language(integer=integer, lower=flat.lower, upper=flat.upper, non_integer=non_integer, excluded=tuple(excluded))
+            return number_language(**common)
 
     # -- strings -----------------------------------------------------------------------------
     def string_body(self, flat: Flat) -> Node:

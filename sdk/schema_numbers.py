@@ -153,6 +153,8 @@ def multiple_of(step, integer: bool) -> Node:
 
 
 NON_INTEGER = seq(optional("-"), CANONICAL_INT, ".", star(DIGIT), NONZERO_DIGIT, star(DIGIT))
+#: An integer in digits alone: no fraction, no exponent.
+PLAIN_INTEGER = seq(optional("-"), CANONICAL_INT)
 
 
 def number_language(
@@ -164,12 +166,16 @@ def number_language(
     non_integer: bool = False,
     excluded: tuple[Decimal, ...] = (),
     not_multiples: tuple[Decimal, ...] = (),
+    plain_integer: bool = False,
 ) -> Node:
     """The texts of numbers meeting every given constraint.
 
     ``lower``/``upper`` are ``(bound, exclusive)``; ``excluded`` are values the number must not
     equal, ``not_multiples`` steps it must not be a multiple of (from a negated ``multipleOf``).
+    With ``plain_integer`` an integer is written in digits alone (draft-04 and earlier, where
+    ``1.0`` is no integer).
     """
+    plain = PLAIN_INTEGER if integer and plain_integer else None
     parts: list[Node] = []
     if lower is not None:
         parts.append(value_compare(lower[0], ">" if lower[1] else ">=", integer))
@@ -189,7 +195,11 @@ def number_language(
         parts.append(number_syntax(integer=integer, exponent=False))
         parts.extend(Complement(multiple_of(step, integer)) for step in not_multiples)
     if not parts:
-        return number_syntax(integer=integer, exponent=True)
-    if integer and multiple is None and lower is None and upper is None:
+        # Unconstrained plain integers are one regular language, not an intersection (which
+        # the automaton steps as a product of its operands).
+        return plain if plain is not None else number_syntax(integer=integer, exponent=True)
+    if plain is not None:
+        parts.append(plain)
+    elif integer and multiple is None and lower is None and upper is None:
         parts.append(number_syntax(integer=True, exponent=False))
     return parts[0] if len(parts) == 1 else Intersect(tuple(parts))

@@ -238,10 +238,16 @@ def test_keyword(name):
 
 
 def test_draft4_integers_have_no_fraction():
-    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}
-    assert grammar_from_schema(schema).accepts("12")
-    assert not grammar_from_schema(schema).accepts("12.0")
+    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}
+    grammar = grammar_from_schema(draft4)
+    assert [grammar.accepts(text) for text in ("12", "-7", "0", "12.0", "1e2", "01", "-0.0")] == [
+        True, True, True, False, False, False, False,
+    ]
     assert grammar_from_schema({"type": "integer"}).accepts("12.0")
+    # Unconstrained, the digits alone are one regular language: no product of automata.
+    assert not grammar.automaton._nfa.intersections
+    bounded = grammar_from_schema({**draft4, "minimum": 0, "maximum": 20})
+    assert [bounded.accepts(text) for text in ("0", "20", "3", "3.0", "21", "-1")] == [True, True, True, False, False, False]
 
 
 def test_escape_counts_as_one_character():
