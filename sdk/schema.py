@@ -68,7 +68,7 @@ from .schema_flatten import (
     type_of,
 )
 from .schema_inputs import SchemaInputError, parse_docstring, to_json_schema
-from .schema_numbers import NumberConstraintError, number_language, to_decimal, value_compare
+from .schema_numbers import NumberConstraintError, equal_number, number_language, to_decimal
 from .schema_strings import (
     ANY_DECODED_CHAR,
     ANY_STRING_BODY,
@@ -563,7 +563,7 @@ class _Translator:
         if value is None or isinstance(value, bool):
             return literal(json.dumps(value))
         if isinstance(value, (int, float)):
-            return _equal_number(to_decimal(value))
+            return equal_number(to_decimal(value))
         if isinstance(value, str):
             return seq('"', encode_text(value), '"')
         if isinstance(value, list):
@@ -1286,10 +1286,6 @@ def _byte_ranges(values: list[int]) -> tuple[tuple[int, int], ...]:
         else:
             ranges.append((value, value))
     return tuple(ranges)
-
-
-def _equal_number(number) -> Node:
-    return Intersect((value_compare(number, ">=", integer=False), value_compare(number, "<=", integer=False)))
 
 
 def _structured(flat: Flat) -> bool:

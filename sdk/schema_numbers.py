@@ -105,6 +105,18 @@ def _magnitude_compare(bound: Decimal, op: str, integer: bool) -> Node:
     return alt(seq(other, fraction), seq(n, _frac_compare(f, op, integer)))
 
 
+def equal_number(value: Decimal) -> Node:
+    """Every spelling ``value_compare`` knows of exactly ``value``: its digits with any
+    trailing zeros in a fraction (``5``, ``5.0``, ``5.00``), ``-0`` too for zero. What
+    ``>= value`` and ``<= value`` accept together, written as one regular language rather
+    than their intersection (which the automaton steps as a product)."""
+    integer, fraction = _split(value)
+    magnitude = seq(integer, seq(".", fraction, star("0")) if fraction else _ZERO_FRACTION)
+    if value > 0:
+        return magnitude
+    return seq("-", magnitude) if value < 0 else seq(optional("-"), magnitude)
+
+
 _FLIP = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}
 
 

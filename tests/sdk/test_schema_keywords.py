@@ -19,7 +19,7 @@ from surecall.schema import (
     UnsupportedSchemaError,
     grammar_from_schema,
 )
-from surecall.schema_numbers import number_language
+from surecall.schema_numbers import equal_number, number_language, value_compare
 from surecall.validation import validator_for_schema
 
 
@@ -341,6 +341,26 @@ def test_formats_surecall_cannot_enforce_are_refused_whatever_checkers_are_insta
 # -- property tests -----------------------------------------------------------------------
 
 decimals = st.decimals(min_value=-1000, max_value=1000, places=3, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=decimals, probes=st.lists(decimals, max_size=4), zeros=st.integers(0, 3), negate=st.booleans())
+def test_equal_number_is_both_bounds_at_once(value, probes, zeros, negate):
+    # The enum and const language of a number: what >= value and <= value accept together.
+    from surecall.engine.ir import Intersect
+
+    direct = Grammar({"start": equal_number(value)})
+    both = Grammar({"start": Intersect((value_compare(value, ">=", integer=False), value_compare(value, "<=", integer=False)))})
+    assert not direct.automaton._nfa.intersections
+    texts = set()
+    for probe in [value, *probes]:
+        plain = format(probe, "f")
+        texts |= {plain, format(probe.normalize(), "f"), plain + ("." if "." not in plain else "") + "0" * zeros}
+        texts |= {"-" + text.lstrip("-") if negate else text.lstrip("-") for text in list(texts)}
+    for text in texts:
+        assert direct.accepts(text) == both.accepts(text), text
+        if re.fullmatch(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", text):
+            assert direct.accepts(text) == (Decimal(text) == value), text
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
