@@ -169,6 +169,56 @@ NON_INTEGER = seq(optional("-"), CANONICAL_INT, ".", star(DIGIT), NONZERO_DIGIT,
 PLAIN_INTEGER = seq(optional("-"), CANONICAL_INT)
 
 
+#: Integer ranges whose bounds have more digits than this stay an intersection of the two
+#: bounds (the direct construction grows with the square of the digits).
+_RANGE_MAX_DIGITS = 40
+
+
+def _integer_range(lower: tuple[Decimal, bool], upper: tuple[Decimal, bool], fraction: Node) -> Node | None:
+    """The integers between the bounds, as ``value_compare`` spells them (``fraction`` after
+    the digits; ``-0`` where zero is inside), written as one regular language: what the two
+    bounds accept together, without the intersection. None for bounds too long to write."""
+    (low, low_exclusive), (high, high_exclusive) = lower, upper
+    if max(len(_split(low)[0]), len(_split(high)[0])) > _RANGE_MAX_DIGITS:
+        return None
+    first = int(low.to_integral_value(rounding="ROUND_FLOOR")) + 1 if low_exclusive else int(low.to_integral_value(rounding="ROUND_CEILING"))
+    last = int(high.to_integral_value(rounding="ROUND_CEILING")) - 1 if high_exclusive else int(high.to_integral_value(rounding="ROUND_FLOOR"))
+    if first > last:
+        return NOTHING
+    options = []
+    if last >= 0:
+        options.append(_magnitudes_between(max(first, 0), last))
+    if first <= 0:
+        # Minus zero is zero: written wherever zero is inside.
+        options.append(seq("-", _magnitudes_between(max(-last, 0), -first)))
+    return seq(alt(*options), fraction)
+
+
+def _magnitudes_between(first: int, last: int) -> Node:
+    """Canonical digit strings of the integers first..last (0 <= first <= last)."""
+    options = []
+    for length in range(len(str(first)), len(str(last)) + 1):
+        low = max(first, 10 ** (length - 1) if length > 1 else 0)
+        high = min(last, 10**length - 1)
+        if low <= high:
+            options.append(_same_length_between(str(low), str(high)))
+    return alt(*options)
+
+
+def _same_length_between(low: str, high: str) -> Node:
+    """Digit strings of one length from ``low`` to ``high`` (as numbers)."""
+    if len(low) == 1:
+        return _digits(int(low), int(high))
+    if low[0] == high[0]:
+        return seq(low[0], _same_length_between(low[1:], high[1:]))
+    rest = len(low) - 1
+    options = [seq(low[0], _same_length_between(low[1:], "9" * rest))]
+    if int(high[0]) - int(low[0]) > 1:
+        options.append(seq(_digits(int(low[0]) + 1, int(high[0]) - 1), repeat(DIGIT, rest, rest)))
+    options.append(seq(high[0], _same_length_between("0" * rest, high[1:])))
+    return alt(*options)
+
+
 def number_language(
     *,
     integer: bool,
@@ -188,6 +238,10 @@ def number_language(
     ``1.0`` is no integer).
     """
     plain = PLAIN_INTEGER if integer and plain_integer else None
+    if integer and lower is not None and upper is not None and multiple is None and not (non_integer or excluded or not_multiples):
+        found = _integer_range(lower, upper, EMPTY if plain is not None else _ZERO_FRACTION)
+        if found is not None:
+            return found
     parts: list[Node] = []
     if lower is not None:
         parts.append(value_compare(lower[0], ">" if lower[1] else ">=", integer))

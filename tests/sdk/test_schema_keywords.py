@@ -363,22 +363,37 @@ def test_equal_number_is_both_bounds_at_once(value, probes, zeros, negate):
             assert direct.accepts(text) == (Decimal(text) == value), text
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(low=decimals, high=decimals, exclusive=st.booleans(), integer=st.booleans(), probes=st.lists(decimals, min_size=1, max_size=8))
-def test_number_bounds_are_exact(low, high, exclusive, integer, probes):
-    grammar = Grammar({"start": number_language(integer=integer, lower=(low, exclusive), upper=(high, False))})
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    low=decimals, high=decimals, low_exclusive=st.booleans(), high_exclusive=st.booleans(), integer=st.booleans(),
+    plain=st.booleans(), probes=st.lists(decimals, min_size=1, max_size=8),
+)
+def test_number_bounds_are_exact(low, high, low_exclusive, high_exclusive, integer, plain, probes):
+    plain = plain and integer
+    language = number_language(
+        integer=integer, lower=(low, low_exclusive), upper=(high, high_exclusive), plain_integer=plain
+    )
     try:
+        grammar = Grammar({"start": language})
         accepts = grammar.accepts
         accepts("0")
     except GrammarError:  # an empty range: then no probe may be inside it
         accepts = lambda text: False  # noqa: E731
-    for probe in probes + [low, high]:
-        for text in {format(probe, "f"), format(probe.normalize(), "f")}:
+    else:
+        # Integer ranges are written at once, not as an intersection of the two bounds.
+        assert not (integer and grammar.automaton._nfa.intersections)
+    near = [bound + step for bound in (low.to_integral_value(), high.to_integral_value()) for step in (-1, 0, 1)]
+    for probe in probes + [low, high, Decimal(0), *near]:
+        texts = {format(probe, "f"), format(probe.normalize(), "f")}
+        texts |= {text + ".0" for text in texts if "." not in text} | {"-" + text for text in texts if Decimal(text) == 0}
+        for text in texts:
             value = Decimal(text)
-            expected = (value > low if exclusive else value >= low) and value <= high
+            expected = (value > low if low_exclusive else value >= low) and (value < high if high_exclusive else value <= high)
             if integer:
                 expected = expected and value == value.to_integral_value()
-            assert accepts(text) == expected, (text, low, high, exclusive, integer)
+            if plain:
+                expected = expected and "." not in text
+            assert accepts(text) == expected, (text, low, high, low_exclusive, high_exclusive, integer, plain)
 
 
 def _values_for(schema: dict):
