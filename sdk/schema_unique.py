@@ -196,6 +196,19 @@ def _parse(text: bytes) -> Any:
     return json.loads(text, parse_float=_exact_number, parse_int=_exact_number)
 
 
+def _closing_quote(data: bytes) -> int:
+    """Where the quote closing a string that ``data`` continues (not after a backslash) is, -1 if none."""
+    escaped = False
+    for index, byte in enumerate(data):
+        if escaped:
+            escaped = False
+        elif byte == 0x5C:
+            escaped = True
+        elif byte == 0x22:
+            return index
+    return -1
+
+
 class _Frame:
     """An open array or object of the text being scanned."""
 
@@ -309,8 +322,8 @@ class UniqueItemsCheck:
         ``feed`` can tell), or None when there is none for ``state``.
 
         Inside a string in a unique array, a token that closes it and goes on with
-        punctuation that completes nothing (``",`` ``"]`` ...) is decided by the closed
-        string alone.
+        punctuation that completes nothing (``",`` ``"]`` ...), possibly opening a string it
+        does not close (``","`` ``"],"``), is decided by the closed string alone.
         """
         if not state.unique_open or not state.in_string or state.escaped:
             return None
@@ -324,27 +337,37 @@ class UniqueItemsCheck:
         def closes_quietly(rest: bytes) -> bool:
             # Whether what follows the closing quote completes no item of a unique array.
             depth = len(frames)
-            for byte in rest:
+            for index, byte in enumerate(rest):
                 if byte in _CLOSING:
                     depth -= 1
                     if depth < 0 or (depth > 0 and frames[depth - 1].is_array and frames[depth - 1].unique):
                         return False
+                elif byte == 0x22:
+                    # A string opened and not closed inside the token completes nothing.
+                    return 0x22 not in rest[index + 1 :]
                 elif byte not in _INERT:
                     return False
             return True
 
         def verdict(data: bytes) -> bool | None:
             end = data.find(b'"')
-            if end < 0 or b"\\" in data[:end] or not closes_quietly(data[end + 1 :]):
+            if end < 0:
+                return None
+            if b"\\" in data[:end]:
+                end = _closing_quote(data)
+                if end < 0:
+                    return True  # the string goes on: nothing completes inside it
+            if not closes_quietly(data[end + 1 :]):
                 return None
             if seen is None:
                 return True
             raw = content + data[:end]
-            if b"\\" in raw or min(raw, default=0x20) < 0x20:
-                return None  # escapes and control characters: as json.loads reads them
             try:
-                value = raw.decode("utf-8")
-            except UnicodeDecodeError:
+                if b"\\" in raw or min(raw, default=0x20) < 0x20:
+                    value = _parse(b'"' + raw + b'"')  # escapes, as the scan reads them
+                else:
+                    value = raw.decode("utf-8")
+            except ValueError:  # not a JSON string (UnicodeDecodeError is one): the scan decides
                 return None
             return ("string", value) not in seen
 

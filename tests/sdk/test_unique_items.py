@@ -256,7 +256,11 @@ def test_feeding_in_pieces_matches_whole_text_and_leaves_earlier_states_untouche
     assert (state is not None) == check.accepts(text)
 
 
-_PIECES = [b'"', b'",', b'"]', b'"],', b'a"', b'b",', b'"}', b'"]}', b'\\"', b'\xc3', b'\xa9"', b'a', b'", "', b'",[', b'":', b'\n"', b'"1', b'" ,']
+_PIECES = [
+    b'"', b'",', b'"]', b'"],', b'a"', b'b",', b'"}', b'"]}', b'\\"', b'\xc3', b'\xa9"', b'a', b'", "', b'",[', b'":', b'\n"',
+    b'"1', b'" ,', b'","', b'","a', b'b","', b'","b"', b'"],"', b'"]],"', b'",["', b'", "\\', b'"},"',
+    b'\\\\"', b'\\""', b'\\"",', b'a\\"b', b'\\\\",', b'\\"a"]', b'\\',
+]
 
 
 @settings(max_examples=150, deadline=None)
@@ -286,9 +290,40 @@ def test_refused_among_answers_as_feeding_each_token(items, cut, key):
     assert check.refused_among(state, pieces) == expected
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    items=st.lists(st.lists(st.text(alphabet='ab"', max_size=2), max_size=3), min_size=1, max_size=4),
+    cut=st.integers(0, 60),
+)
+def test_refused_among_answers_as_feeding_each_token_in_nested_unique_arrays(items, cut):
+    # Closing an inner array completes an item of the outer unique one.
+    inner = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+    check = grammar_from_schema({"type": "array", "items": inner, "uniqueItems": True}).text_check
+    text = json.dumps(items, separators=(",", ":")).encode()
+    state = check.feed(check.initial(), text[: min(cut, len(text))])
+    if state is None:
+        return
+    pieces, expected = [], []
+    for piece in _PIECES:
+        try:
+            fed = check.feed(state, piece)
+        except ValueError:
+            continue
+        if fed is None:
+            expected.append(len(pieces))
+        pieces.append(piece)
+    assert check.refused_among(state, pieces) == expected
+
+
 def test_refused_among_decides_closing_tokens_by_the_closed_string():
     check = grammar_from_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True}).text_check
     state = check.feed(check.initial(), '["caf\u00e9","ca'.encode())
     verdict = check._quick_verdict(state)
     assert verdict(b'f\xc3\xa9",') is False and verdict(b'b"]') is True and verdict(b'"1') is None
+    # A string opened after the closed one and left open completes nothing more.
+    assert verdict(b'f\xc3\xa9","') is False and verdict(b'b","x') is True and verdict(b'b","x"') is None
+    # An escaped quote does not close the string; one after escapes does, read as the scan reads it.
+    assert verdict(b'\\",') is True
+    escaped = check._quick_verdict(check.feed(check.initial(), b'["a\\"b","a'))
+    assert escaped(b'\\"b"]') is False and escaped(b'\\"c"]') is True
     assert check.refused_among(state, [b'f\xc3\xa9",', b'b"]', b'f\xc3\xa9"]', b'\\"']) == [0, 2]
