@@ -300,8 +300,15 @@ class UniqueItemsCheck:
     def trigger_in_order(self, state: ScanState) -> bytes | None:
         """Bytes a token must hold in this order to fail, when ``trigger_bytes`` says too
         little: with no unique array open, a token can only fail by opening one and
-        repeating an item in it, which takes a comma after its ``[`` (in JSON)."""
-        return None if state.unique_open else b"[,"
+        repeating an item in it, which takes a comma after its ``[`` (in JSON). While no
+        unique array holds an item yet (nor can those a token opens), a repeat takes two
+        items of one array inside the token and a comma between them, after the quote
+        closing the string the token starts in."""
+        if not state.unique_open:
+            return b"[,"
+        if not any(frame.seen for frame in state.frames if frame.unique):
+            return b'",' if state.in_string else b","
+        return None
 
     def refused_among(self, state: ScanState, datas: list[bytes]) -> list[int]:
         """The indices of ``datas`` that ``feed`` refuses from ``state``: the same answers

@@ -6,6 +6,7 @@ import decimal
 import json
 import pickle
 import random
+import re
 
 import jsonschema
 import numpy as np
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from surecall.engine import matcher as matcher_module
+from surecall.engine.automaton import DEAD
 from surecall.engine.matcher import Matcher, Status
 from surecall.engine.trie import unpack_ids, words_for
 from surecall.engine.vocab import TokenVocabulary
@@ -313,6 +315,31 @@ def test_refused_among_answers_as_feeding_each_token_in_nested_unique_arrays(ite
             expected.append(len(pieces))
         pieces.append(piece)
     assert check.refused_among(state, pieces) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    items=st.lists(st.lists(st.sampled_from(["a", "b", 1, True]), max_size=3), min_size=1, max_size=4),
+    piece=st.binary(max_size=6).map(lambda data: bytes(b'"[],{}:1ab\\te'[b % 13] for b in data)),
+)
+def test_a_token_without_trigger_bytes_is_never_refused(items, piece):
+    inner = {"type": "array", "items": {"type": ["string", "integer", "boolean"]}, "uniqueItems": True}
+    grammar = grammar_from_schema({"type": "array", "items": inner, "uniqueItems": True})
+    check, automaton = grammar.text_check, grammar.automaton
+    text = json.dumps(items, separators=(",", ":")).encode()
+    for cut in range(len(text) + 1):
+        state = check.feed(check.initial(), text[:cut])
+        if state is None:
+            return  # a repeat already: so are the longer prefixes
+        triggers, in_order = check.trigger_bytes(state), check.trigger_in_order(state)
+        for added in [*_PIECES, piece]:
+            if automaton.step_bytes(automaton.initial, text[:cut] + added) == DEAD:
+                continue  # text the grammar never allows here
+            if triggers is None or any(byte in added for byte in triggers):
+                continue
+            if in_order and re.search(b".*?".join(re.escape(bytes([b])) for b in in_order), added):
+                continue
+            assert check.feed(state, added) is not None, (text[:cut], added)
 
 
 def test_refused_among_decides_closing_tokens_by_the_closed_string():
