@@ -7,7 +7,7 @@ written without an exponent; an unconstrained ``number`` may use one.
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 
 from surecall.engine.ir import EMPTY, NOTHING, Complement, Intersect, Node, alt, chars, literal, optional, plus, repeat, seq, star
 
@@ -181,8 +181,8 @@ def _integer_range(lower: tuple[Decimal, bool], upper: tuple[Decimal, bool], fra
     (low, low_exclusive), (high, high_exclusive) = lower, upper
     if max(len(_split(low)[0]), len(_split(high)[0])) > _RANGE_MAX_DIGITS:
         return None
-    first = int(low.to_integral_value(rounding="ROUND_FLOOR")) + 1 if low_exclusive else int(low.to_integral_value(rounding="ROUND_CEILING"))
-    last = int(high.to_integral_value(rounding="ROUND_CEILING")) - 1 if high_exclusive else int(high.to_integral_value(rounding="ROUND_FLOOR"))
+    first = _floor(low) + 1 if low_exclusive else _ceiling(low)
+    last = _ceiling(high) - 1 if high_exclusive else _floor(high)
     if first > last:
         return NOTHING
     options = []
@@ -192,6 +192,14 @@ def _integer_range(lower: tuple[Decimal, bool], upper: tuple[Decimal, bool], fra
         # Minus zero is zero: written wherever zero is inside.
         options.append(seq("-", _magnitudes_between(max(-last, 0), -first)))
     return seq(alt(*options), fraction)
+
+
+def _floor(bound: Decimal) -> int:
+    return int(bound.to_integral_value(ROUND_FLOOR))
+
+
+def _ceiling(bound: Decimal) -> int:
+    return int(bound.to_integral_value(ROUND_CEILING))
 
 
 def _magnitudes_between(first: int, last: int) -> Node:
@@ -238,7 +246,8 @@ def number_language(
     ``1.0`` is no integer).
     """
     plain = PLAIN_INTEGER if integer and plain_integer else None
-    if integer and lower is not None and upper is not None and multiple is None and not (non_integer or excluded or not_multiples):
+    only_bounds = multiple is None and not (non_integer or excluded or not_multiples)
+    if integer and lower is not None and upper is not None and only_bounds:
         found = _integer_range(lower, upper, EMPTY if plain is not None else _ZERO_FRACTION)
         if found is not None:
             return found
