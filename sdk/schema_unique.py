@@ -302,12 +302,11 @@ class UniqueItemsCheck:
         little: with no unique array open, a token can only fail by opening one and
         repeating an item in it, which takes a comma after its ``[`` (in JSON). While no
         unique array holds an item yet (nor can those a token opens), a repeat takes two
-        items of one array inside the token and a comma between them, after the quote
-        closing the string the token starts in."""
+        items of one array inside the token and a comma between them."""
         if not state.unique_open:
             return b"[,"
         if not any(frame.seen for frame in state.frames if frame.unique):
-            return b'",' if state.in_string else b","
+            return b","
         return None
 
     def refused_among(self, state: ScanState, datas: list[bytes]) -> list[int]:
