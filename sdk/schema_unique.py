@@ -39,6 +39,9 @@ _LITERALS = {ord("t"): (True,), ord("f"): (False,), ord("n"): (None,)}
 #: Outside strings and scalars these bytes complete nothing.
 _INERT = frozenset(b" \t\n\r,:")
 _CLOSING = frozenset(b"]}")
+#: Bytes that keep a string's text from reading as itself in plain ASCII: control
+#: characters, the backslash, and every byte past ASCII.
+_NOT_PLAIN_ASCII = bytes(range(0x20)) + b"\\" + bytes(range(0x80, 0x100))
 
 # Applicators whose subschemas hold only when some condition does.
 _CONDITIONAL = ("anyOf", "oneOf", "not", "if", "then", "else", "contains", "unevaluatedItems", "unevaluatedProperties")
@@ -209,6 +212,29 @@ def _closing_quote(data: bytes) -> int:
     return -1
 
 
+def _plain_rests(content: bytes, seen: frozenset) -> frozenset | None:
+    """The bytes that complete each seen string after ``content`` (the text of a string so
+    far), when ``content`` is plain: no escape, no control character, whole UTF-8 (a seen
+    string that cannot be written plainly is no plain completion of it); else None."""
+    if b"\\" in content or min(content, default=0x20) < 0x20:
+        return None
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    rests = set()
+    for kind, value in seen:
+        if kind != "string":
+            continue
+        try:
+            encoded = value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, from an escape: not a plain completion
+            continue
+        if encoded.startswith(content):
+            rests.add(encoded[len(content) :])
+    return frozenset(rests)
+
+
 class _Frame:
     """An open array or object of the text being scanned."""
 
@@ -355,6 +381,13 @@ class UniqueItemsCheck:
                     return False
             return True
 
+        # Many tokens end alike (``",`` ``"]``): each ending is judged once.
+        quiet_after: dict[bytes, bool] = {}
+        # The rest of every seen string after the text so far, where both are plain
+        # (no escape, no control character, whole UTF-8): a plain ASCII token completes a
+        # repeat exactly when what it holds before its quote is one of them.
+        repeats = _plain_rests(content, seen) if seen else None
+
         def verdict(data: bytes) -> bool | None:
             end = data.find(b'"')
             if end < 0:
@@ -363,11 +396,18 @@ class UniqueItemsCheck:
                 end = _closing_quote(data)
                 if end < 0:
                     return True  # the string goes on: nothing completes inside it
-            if not closes_quietly(data[end + 1 :]):
+            rest = data[end + 1 :]
+            quiet = quiet_after.get(rest)
+            if quiet is None:
+                quiet = quiet_after[rest] = closes_quietly(rest)
+            if not quiet:
                 return None
             if seen is None:
                 return True
-            raw = content + data[:end]
+            written = data[:end]
+            if repeats is not None and len(written.translate(None, _NOT_PLAIN_ASCII)) == len(written):
+                return written not in repeats
+            raw = content + written
             try:
                 if b"\\" in raw or min(raw, default=0x20) < 0x20:
                     value = _parse(b'"' + raw + b'"')  # escapes, as the scan reads them
