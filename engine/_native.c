@@ -539,6 +539,28 @@ done:
     return result;
 }
 
+/* ``config`` stepped through the ``length`` (0..4) bytes of ``tail``: DEAD once dead, or
+ * UNKNOWN with an exception set (``function`` names the caller in the message). */
+static int32_t run_tail(Stepper *stepper, int32_t config, const uint8_t *tail, int32_t length, const char *function) {
+    if (length < 0 || length > 4) {
+        PyErr_Format(PyExc_ValueError, "%s: a tail longer than 4 bytes", function);
+        return UNKNOWN;
+    }
+    for (int32_t position = 0; position < length && config != DEAD; position++) {
+        if (config < 0 || config >= stepper->num_rows) {
+            PyErr_Format(PyExc_ValueError, "%s: configuration out of range", function);
+            return UNKNOWN;
+        }
+        const uint8_t value = tail[position];
+        int32_t after = ((const int32_t *)stepper->table.buf)[(Py_ssize_t)config * ROW_WIDTH + value];
+        if (after == UNKNOWN && (after = stepper_entry(stepper, config, value)) == UNKNOWN) {
+            return UNKNOWN;
+        }
+        config = after;
+    }
+    return config;
+}
+
 PyDoc_STRVAR(run_tails_doc,
 "run_tails(automaton, starts, tails, lengths, out)\n"
 "\n"
@@ -571,24 +593,9 @@ static PyObject *run_tails(PyObject *self, PyObject *args) {
     const uint8_t *tails = (const uint8_t *)tails_view.buf;
     int32_t *ends = (int32_t *)out.buf;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int32_t config = starts[i];
-        if (lengths[i] < 0 || lengths[i] > 4) {
-            PyErr_SetString(PyExc_ValueError, "run_tails: a tail longer than 4 bytes");
+        if ((ends[i] = run_tail(&stepper, starts[i], tails + i * 4, lengths[i], "run_tails")) == UNKNOWN) {
             goto done;
         }
-        for (int32_t position = 0; position < lengths[i] && config != DEAD; position++) {
-            if (config < 0 || config >= stepper.num_rows) {
-                PyErr_SetString(PyExc_ValueError, "run_tails: configuration out of range");
-                goto done;
-            }
-            const uint8_t value = tails[i * 4 + position];
-            int32_t after = ((const int32_t *)stepper.table.buf)[(Py_ssize_t)config * ROW_WIDTH + value];
-            if (after == UNKNOWN && (after = stepper_entry(&stepper, config, value)) == UNKNOWN) {
-                goto done;
-            }
-            config = after;
-        }
-        ends[i] = config;
     }
     Py_INCREF(Py_None);
     result = Py_None;
@@ -596,6 +603,85 @@ static PyObject *run_tails(PyObject *self, PyObject *args) {
 done:
     stepper_close(&stepper);
     Py_buffer *views[] = {&starts_view, &tails_view, &lengths_view, &out};
+    for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
+        if (views[i]->obj != NULL) {
+            PyBuffer_Release(views[i]);
+        }
+    }
+    return result;
+}
+
+PyDoc_STRVAR(live_exits_doc,
+"live_exits(automaton, starts, start_of, tails, lengths, nodes, first_bytes, skip, out_nodes, out_configs)\n"
+"\n"
+"The exits of a token group that stay live: exit ``i`` starts from ``starts[start_of[i]]``\n"
+"(``starts[0]`` when ``start_of`` is None) and steps through its tail as ``run_tails``\n"
+"does; unless its first byte (``first_bytes[i]``, uint8) is flagged in ``skip`` (256\n"
+"uint8 flags, or None), a live one writes ``nodes[i]`` and its configuration to the\n"
+"writable ``out_nodes`` and ``out_configs`` (int32, one entry per exit). Returns how many.\n"
+"A skipped exit's tail is not run.");
+
+static PyObject *live_exits(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *automaton, *starts_obj, *start_of_obj, *tails_obj, *lengths_obj, *nodes_obj, *first_obj, *skip_obj;
+    Py_buffer out_nodes = {0}, out_configs = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOw*w*:live_exits", &automaton, &starts_obj, &start_of_obj, &tails_obj,
+                          &lengths_obj, &nodes_obj, &first_obj, &skip_obj, &out_nodes, &out_configs)) {
+        return NULL;
+    }
+    Stepper stepper = {0};
+    Py_buffer starts_view = {0}, start_of_view = {0}, tails_view = {0}, lengths_view = {0}, nodes_view = {0};
+    Py_buffer first_view = {0}, skip_view = {0};
+    PyObject *result = NULL;
+    if (get_int32_buffer(starts_obj, &starts_view, "starts") < 0 ||
+        (start_of_obj != Py_None && get_int32_buffer(start_of_obj, &start_of_view, "start_of") < 0) ||
+        PyObject_GetBuffer(tails_obj, &tails_view, PyBUF_SIMPLE) < 0 ||
+        get_int32_buffer(lengths_obj, &lengths_view, "lengths") < 0 ||
+        get_int32_buffer(nodes_obj, &nodes_view, "nodes") < 0 ||
+        PyObject_GetBuffer(first_obj, &first_view, PyBUF_SIMPLE) < 0 ||
+        (skip_obj != Py_None && PyObject_GetBuffer(skip_obj, &skip_view, PyBUF_SIMPLE) < 0) ||
+        stepper_open(&stepper, automaton) < 0) {
+        goto done;
+    }
+    const Py_ssize_t count = nodes_view.len / (Py_ssize_t)sizeof(int32_t);
+    const Py_ssize_t num_starts = starts_view.len / (Py_ssize_t)sizeof(int32_t);
+    if (lengths_view.len != nodes_view.len || tails_view.len != count * 4 || first_view.len != count ||
+        (start_of_view.obj != NULL && start_of_view.len != nodes_view.len) ||
+        (skip_view.obj != NULL && skip_view.len != 256) || out_nodes.len < nodes_view.len ||
+        out_configs.len < nodes_view.len || num_starts < 1) {
+        PyErr_SetString(PyExc_ValueError, "live_exits: arrays of inconsistent lengths");
+        goto done;
+    }
+    const int32_t *starts = (const int32_t *)starts_view.buf, *lengths = (const int32_t *)lengths_view.buf;
+    const int32_t *start_of = (const int32_t *)start_of_view.buf, *nodes = (const int32_t *)nodes_view.buf;
+    const uint8_t *tails = (const uint8_t *)tails_view.buf, *first = (const uint8_t *)first_view.buf;
+    const uint8_t *skip = (const uint8_t *)skip_view.buf;
+    int32_t *live_nodes = (int32_t *)out_nodes.buf, *live_configs = (int32_t *)out_configs.buf;
+    Py_ssize_t found = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (skip != NULL && skip[first[i]]) {
+            continue;
+        }
+        const Py_ssize_t which = start_of == NULL ? 0 : start_of[i];
+        if (which < 0 || which >= num_starts) {
+            PyErr_SetString(PyExc_ValueError, "live_exits: a start index out of range");
+            goto done;
+        }
+        const int32_t after = run_tail(&stepper, starts[which], tails + i * 4, lengths[i], "live_exits");
+        if (after == UNKNOWN) {
+            goto done;
+        }
+        if (after != DEAD) {
+            live_nodes[found] = nodes[i];
+            live_configs[found++] = after;
+        }
+    }
+    result = PyLong_FromSsize_t(found);
+
+done:
+    stepper_close(&stepper);
+    Py_buffer *views[] = {&starts_view, &start_of_view, &tails_view, &lengths_view, &nodes_view,
+                          &first_view, &skip_view, &out_nodes, &out_configs};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
         if (views[i]->obj != NULL) {
             PyBuffer_Release(views[i]);
@@ -645,10 +731,102 @@ done:
     return result;
 }
 
+static const char successor_stats_doc[] = (
+"successor_stats(row, groups)\n"
+"\n"
+"A configuration's successors by the ASCII bytes (``row``: 128 int32) read per token\n"
+"group (``groups``: 128 uint8 flags per group, 1 for the group's bytes): (how many of\n"
+"the successors are live, and per group a triple: the successor all its bytes lead to,\n"
+"else None; the one more than half of them lead to, else None; and how many lead\n"
+"elsewhere than that one, else None).");
+
+/* The group's triple (a new reference): Boyer-Moore's vote finds the only successor that
+ * can hold a majority, a second pass counts its bytes. */
+static PyObject *group_successor_stats(const int32_t *successors, const uint8_t *member) {
+    Py_ssize_t count = 0, votes = 0, agree = 0;
+    int32_t first = 0, candidate = 0;
+    int uniform = 1;
+    for (int b = 0; b < 128; b++) {
+        if (!member[b]) {
+            continue;
+        }
+        const int32_t successor = successors[b];
+        if (count++ == 0) {
+            first = successor;
+        } else if (successor != first) {
+            uniform = 0;
+        }
+        if (votes == 0) {
+            candidate = successor;
+            votes = 1;
+        } else {
+            votes += successor == candidate ? 1 : -1;
+        }
+    }
+    for (int b = 0; b < 128; b++) {
+        agree += member[b] && successors[b] == candidate;
+    }
+    const int majority = count > 0 && 2 * agree > count;
+    PyObject *common = count > 0 && uniform ? PyLong_FromLong(first) : Py_NewRef(Py_None);
+    PyObject *most = majority ? PyLong_FromLong(candidate) : Py_NewRef(Py_None);
+    PyObject *others = majority ? PyLong_FromSsize_t(count - agree) : Py_NewRef(Py_None);
+    if (common == NULL || most == NULL || others == NULL) {
+        Py_XDECREF(common);
+        Py_XDECREF(most);
+        Py_XDECREF(others);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", common, most, others);
+}
+
+static PyObject *successor_stats(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *row_obj, *stats = NULL, *result = NULL;
+    Py_buffer row = {0}, groups = {0};
+    if (!PyArg_ParseTuple(args, "Oy*:successor_stats", &row_obj, &groups)) {
+        return NULL;
+    }
+    if (get_int32_buffer(row_obj, &row, "row") < 0) {
+        goto done;
+    }
+    if (row.len != 128 * (Py_ssize_t)sizeof(int32_t) || groups.len % 128 != 0) {
+        PyErr_SetString(PyExc_ValueError, "successor_stats: a row of 128 int32 and 128 flags per group");
+        goto done;
+    }
+    const int32_t *successors = (const int32_t *)row.buf;
+    const uint8_t *flags = (const uint8_t *)groups.buf;
+    const Py_ssize_t num_groups = groups.len / 128;
+    int live = 0;
+    for (int b = 0; b < 128; b++) {
+        live += successors[b] >= 0;
+    }
+    if ((stats = PyTuple_New(num_groups)) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < num_groups; g++) {
+        PyObject *triple = group_successor_stats(successors, flags + g * 128);
+        if (triple == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(stats, g, triple);
+    }
+    result = Py_BuildValue("(iO)", live, stats);
+
+done:
+    Py_XDECREF(stats);
+    if (row.obj != NULL) {
+        PyBuffer_Release(&row);
+    }
+    PyBuffer_Release(&groups);
+    return result;
+}
+
 static PyMethodDef native_methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_VARARGS | METH_KEYWORDS, walk_doc},
     {"run_tails", run_tails, METH_VARARGS, run_tails_doc},
+    {"live_exits", live_exits, METH_VARARGS, live_exits_doc},
     {"set_bits", set_bits, METH_VARARGS, set_bits_doc},
+    {"successor_stats", successor_stats, METH_VARARGS, successor_stats_doc},
     {"nfa_tables", nfa_tables, METH_VARARGS, nfa_tables_doc},
     {"close", close_items, METH_VARARGS, close_doc},
     {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},

@@ -66,7 +66,7 @@ import numpy as np
 
 from . import native
 from .errors import TokenBudgetError
-from .token_groups import DeferredEnds, group_tables_for, living_automaton, uniform_successor
+from .token_groups import DeferredEnds, group_tables_for, living_automaton, successor_stats, uniform_successor
 from .trie import ASCII_BYTES, distinct, pack_ids, unpack_ids, words_for
 from .vocab import TokenVocabulary
 
@@ -1096,7 +1096,8 @@ class Matcher(MatcherBase):
         if cached is not False:
             return cached
         row = self._successors(config, ASCII_BYTES)
-        found = tables.groups.best_uniform_group(self.automaton, config, row)
+        stats = successor_stats(row)
+        found = tables.groups.best_uniform_group(self.automaton, config, row, stats)
         result = None
         if found is not None:
             group, successor = found
@@ -1106,7 +1107,7 @@ class Matcher(MatcherBase):
         if result is None or self._small_group(result[0]):
             larger_than = None if result is None else result[0]
             for group, successor, exceptions in tables.groups.near_uniform_groups(
-                self.automaton, config, row, larger_than
+                self.automaton, config, row, larger_than, stats
             ):
                 chain = self._chain(group, config, successor)
                 if chain is not None:

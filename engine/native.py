@@ -1,7 +1,8 @@
 """The optional native code (``_native*.c``) and whether this install has it.
 
-``walk`` is the matcher's trie walk, ``run_tails`` the token groups' exit paths and
-``set_bits`` the packing of token ids into mask words; ``states`` the automaton's
+``walk`` is the matcher's trie walk, ``run_tails`` and ``live_exits`` the token groups'
+exit paths, ``successor_stats`` how a configuration's ASCII successors fall by token
+group and ``set_bits`` the packing of token ids into mask words; ``states`` the automaton's
 closure, row scan and interning (``nfa_tables``, ``close``, ``plain_scans``, ``frozen``,
 ``intern_info``; ``successor``, which closes and interns a row entry's configuration in
 the containers an automaton binds to its tables with ``bind``; ``entry`` and ``fill_row``,
@@ -26,5 +27,7 @@ except ImportError:  # built without a C compiler, or from a source tree never i
 AVAILABLE = _native is not None and os.environ.get("SURECALL_NATIVE", "1") != "0"
 walk = _native.walk if AVAILABLE else None
 run_tails = _native.run_tails if AVAILABLE else None
+live_exits = _native.live_exits if AVAILABLE else None
 set_bits = _native.set_bits if AVAILABLE else None
+successor_stats = _native.successor_stats if AVAILABLE else None
 states = _native if AVAILABLE else None

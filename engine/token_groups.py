@@ -291,16 +291,14 @@ class TokenGroup:
         inside characters are most of the new ones at a string's start, and only a token
         budget reads them (``advance`` steps the token's bytes itself).
         """
-        exit_nodes, exit_chars, exit_tails, exit_lengths = self.exit_nodes, self.exit_chars, self.exit_tails, self.exit_lengths
         partial_ids, partial_owner = self.partial_ids, self.partial_owner
-        if chain is None:
-            exit_starts, partial_starts = config, config
-        else:
-            exit_starts, partial_starts = chain[exit_chars], chain[self.partial_chars]
-        exit_configs = _run_tails(automaton, exit_starts, exit_tails, exit_lengths)
-        live = exit_configs != DEAD
-        partial_tails, partial_lengths = self.partial_tails, self.partial_lengths
+        partial_starts = config if chain is None else chain[self.partial_chars]
         skipping = skip_first is not None and len(skip_first) > 0
+        # Paths starting with a skipped byte are not the chain's: their tails would run
+        # from a chain configuration they never reach, and are dropped.
+        skipped = _byte_flags(skip_first) if skipping else None
+        exit_nodes, exit_configs = self._live_exits(automaton, config, chain, skipped, trie)
+        partial_tails, partial_lengths = self.partial_tails, self.partial_lengths
         deferred_tails = None  # (starts, tails, lengths) of the partial rows left unstepped
         sure = self._partials_surely_live(automaton, config, chain) if defer_partials and len(partial_ids) else False
         if sure is True and not skipping:
@@ -309,7 +307,7 @@ class TokenGroup:
                 automaton, partial_starts, partial_tails, partial_lengths,
                 positions=self._partial_positions, tail_of_token=partial_owner,
             )
-            return exit_nodes[live], exit_configs[live], partial_ids, self._all_deferred_tokens, deferred
+            return exit_nodes, exit_configs, partial_ids, self._all_deferred_tokens, deferred
         if sure is False:
             partial_configs = _run_tails(automaton, partial_starts, partial_tails, partial_lengths)
         elif sure is True:
@@ -322,14 +320,8 @@ class TokenGroup:
             partial_configs[~sure] = _run_tails(automaton, starts[~sure], partial_tails[~sure], partial_lengths[~sure])
         token_configs = partial_configs[partial_owner] if len(partial_ids) else partial_configs[:0]
         partial_live = token_configs != DEAD
-        if skipping:
-            # Paths starting with a skipped byte are not the chain's: their tails ran from
-            # a chain configuration they never reach, and are dropped here.
-            skipped = _byte_flags(skip_first)
-            _, exit_first, partial_first = self.first_bytes(trie)
-            live &= ~skipped[exit_first]
-            if len(partial_ids):
-                partial_live &= ~skipped[partial_first][partial_owner]
+        if skipping and len(partial_ids):
+            partial_live &= ~skipped[self.first_bytes(trie)[2]][partial_owner]
         deferred = None
         if deferred_tails is not None:
             returned_configs = token_configs[partial_live]
@@ -338,13 +330,34 @@ class TokenGroup:
                 automaton, *deferred_tails, positions=np.flatnonzero(returned_configs == DEFERRED),
                 tail_of_token=rows if sure is True else (np.cumsum(sure) - 1)[rows],
             )
-        return (
-            exit_nodes[live],
-            exit_configs[live],
-            partial_ids[partial_live],
-            token_configs[partial_live],
-            deferred,
-        )
+        return exit_nodes, exit_configs, partial_ids[partial_live], token_configs[partial_live], deferred
+
+    def _live_exits(
+        self, automaton, config: int, chain: np.ndarray | None, skipped: np.ndarray | None, trie: TokenTrie | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The exit nodes live from ``config`` (or along ``chain``, as ``exits_from`` reads it)
+        and their configurations, leaving out paths whose first byte is flagged in ``skipped``."""
+        starts = np.array([config], dtype=np.int32) if chain is None else chain
+        if native.live_exits is not None and hasattr(automaton, "transition_table"):
+            first = self.first_bytes(trie)[1] if skipped is not None else self._no_first_bytes
+            live_nodes = np.empty(len(self.exit_nodes), dtype=np.int32)
+            live_configs = np.empty(len(self.exit_nodes), dtype=np.int32)
+            found = native.live_exits(
+                automaton, np.ascontiguousarray(starts, dtype=np.int32), None if chain is None else self.exit_chars,
+                self.exit_tails, self.exit_lengths, self.exit_nodes, first,
+                None if skipped is None else skipped.view(np.uint8), live_nodes, live_configs,
+            )
+            return live_nodes[:found], live_configs[:found]
+        exit_configs = _run_tails(automaton, config if chain is None else chain[self.exit_chars], self.exit_tails, self.exit_lengths)
+        live = exit_configs != DEAD
+        if skipped is not None:
+            live &= ~skipped[self.first_bytes(trie)[1]]
+        return self.exit_nodes[live], exit_configs[live]
+
+    @cached_property
+    def _no_first_bytes(self) -> np.ndarray:
+        """Stand-in first bytes of the exits where none is skipped (``native.live_exits`` reads none)."""
+        return _read_only(np.zeros(len(self.exit_nodes), dtype=np.uint8))
 
 
 class DeferredEnds:
@@ -582,49 +595,76 @@ class GroupTables:
                 return self.group(spec)
         return None
 
-    def near_uniform_groups(self, automaton, config: int, row: np.ndarray, larger_than: TokenGroup | None = None):
+    def near_uniform_groups(
+        self, automaton, config: int, row: np.ndarray, larger_than: TokenGroup | None = None, stats: tuple | None = None
+    ):
         """Groups whose characters all lead ``config`` to one live configuration other than
         ``config``, except the ASCII characters of a few first bytes (a key position next
         to known keys: any string, but a known key's first letter leads into that key),
         largest first: (group, that configuration, the excepted bytes). Only groups with
-        more members than ``larger_than`` are tried. ``row`` as for ``best_uniform_group``.
+        more members than ``larger_than`` are tried. ``row`` as for ``best_uniform_group``,
+        ``stats`` its ``successor_stats`` when known.
         """
-        live = int((row >= 0).sum())
-        for spec in GROUP_SPECS:
+        live, by_group = successor_stats(row) if stats is None else stats
+        for spec, (_, target, others) in zip(GROUP_SPECS, by_group):
             if larger_than is not None and self.group(spec).member_count <= larger_than.member_count:
                 break
+            # At most a quarter of the bytes are exceptions, so the common successor, if
+            # there is one, is the one most of them lead to.
             allowed_exceptions = min(MAX_FIRST_EXCEPTIONS, len(spec.ascii_bytes) // 4)
             if live < len(spec.ascii_bytes) - allowed_exceptions:
                 continue
-            successors = row[spec.ascii_array]
-            # At most a quarter of the bytes are exceptions, so the common successor, if
-            # there is one, is the middle one in order.
-            target = int(np.partition(successors, len(successors) // 2)[len(successors) // 2])
-            if target == DEAD or target == config:
-                continue
-            exceptions = spec.ascii_array[successors != target]
-            if len(exceptions) > allowed_exceptions:
+            if target is None or target == DEAD or target == config or others > allowed_exceptions:
                 continue
             if spec.non_ascii and not _utf8_leads_to(automaton, config, target, int(spec.ascii_array[0])):
                 continue
+            exceptions = spec.ascii_array[row[spec.ascii_array] != target]
             yield self.group(spec), target, exceptions.astype(np.uint8)
 
-    def best_uniform_group(self, automaton, config: int, row: np.ndarray) -> tuple[TokenGroup, int] | None:
+    def best_uniform_group(
+        self, automaton, config: int, row: np.ndarray, stats: tuple | None = None
+    ) -> tuple[TokenGroup, int] | None:
         """The largest group whose characters all lead ``config`` to one live configuration, and that one.
 
         ``row`` is ``config``'s successor for every ASCII byte (by byte value; more of
         the row may follow, unread): groups are told apart by their ASCII characters.
+        ``stats``: its ``successor_stats``, when known.
         """
-        live = int((row >= 0).sum())
+        live, by_group = successor_stats(row) if stats is None else stats
         if live < 2:
             return None
-        for spec in GROUP_SPECS:
-            if len(spec.ascii_bytes) > live:
-                continue  # some character of the group is not even a live byte
-            successor = uniform_successor(automaton, config, spec, row[spec.ascii_array])
-            if successor is not None and successor != DEAD:
-                return self.group(spec), successor
+        for spec, (successor, _, _) in zip(GROUP_SPECS, by_group):
+            # Past a group with more bytes than are live, some character of it dies.
+            if len(spec.ascii_bytes) > live or successor is None or successor == DEAD:
+                continue
+            if spec.non_ascii and not _utf8_leads_to(automaton, config, successor, int(spec.ascii_array[0])):
+                continue
+            return self.group(spec), successor
         return None
+
+
+def successor_stats(row: np.ndarray) -> tuple[int, tuple]:
+    """How a configuration's successors by the ASCII bytes (``row``, by byte value) fall
+    by group: (how many are live, per group of ``GROUP_SPECS`` (the successor all its
+    bytes lead to or None, the one more than half of them lead to or None, how many lead
+    elsewhere than that one or None)). Natively (``native.successor_stats``) when built."""
+    row = np.ascontiguousarray(row[:128], dtype=np.int32)
+    if native.successor_stats is not None:
+        return native.successor_stats(row, _GROUP_BYTE_FLAGS)
+    by_group = []
+    for spec in GROUP_SPECS:
+        successors = row[spec.ascii_array]
+        first = int(successors[0])
+        common = first if bool((successors == first).all()) else None
+        # A successor more than half of the bytes lead to is the middle one in order.
+        middle = int(np.partition(successors, len(successors) // 2)[len(successors) // 2])
+        others = int(np.count_nonzero(successors != middle))
+        by_group.append((common, middle, others) if 2 * others < len(successors) else (common, None, None))
+    return int(np.count_nonzero(row >= 0)), tuple(by_group)
+
+
+#: Each group's ASCII bytes as 128 flags, in ``GROUP_SPECS`` order (``native.successor_stats`` reads them).
+_GROUP_BYTE_FLAGS = np.array([[b in spec.ascii_bytes for b in range(128)] for spec in GROUP_SPECS], dtype=np.uint8)
 
 
 # Keyed by the trie, which vocabularies resized with ``with_size`` share.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from surecall.engine import native
@@ -238,6 +238,50 @@ def test_native_tails_step_a_lazy_moving_table_and_refuse_malformed_arguments():
         native.run_tails(automaton, starts[:1], tails[:1], np.array([5], dtype=np.int32), ends)
     with pytest.raises(ValueError, match="out of range"):
         native.run_tails(automaton, np.array([99], dtype=np.int32), tails[:1], np.array([1], dtype=np.int32), ends)
+
+
+@pytest.mark.skipif(native.live_exits is None, reason="the native extension is not built")
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), along_a_chain=st.booleans(), skip=st.sets(st.integers(0, 255), max_size=40))
+def test_native_live_exits_are_the_live_tails_not_skipped(seed, along_a_chain, skip):
+    # Exits start from a chain's configuration (or one configuration), step through their
+    # tails on a lazy table that moves as it fills; the live ones not starting with a
+    # skipped byte come back, in order, with their configurations.
+    rng = np.random.default_rng(seed)
+    transitions = {state: {value: int(rng.integers(-1, 6)) for value in range(0, 256, 2)} for state in range(6)}
+    automaton = doubles.LazyTableAutomaton(transitions, {0})
+    count = 200
+    tails = rng.integers(0, 256, size=(count, 4)).astype(np.uint8)
+    lengths = rng.integers(0, 5, size=count).astype(np.int32)
+    nodes = rng.permutation(10 * count)[:count].astype(np.int32)
+    first = rng.integers(0, 256, size=count).astype(np.uint8)
+    starts = rng.integers(-1, 6, size=7).astype(np.int32) if along_a_chain else np.array([2], dtype=np.int32)
+    start_of = rng.integers(0, len(starts), size=count).astype(np.int32) if along_a_chain else None
+    flags = np.zeros(256, dtype=np.uint8)
+    flags[list(skip)] = 1
+    out_nodes, out_configs = np.empty(count, dtype=np.int32), np.empty(count, dtype=np.int32)
+    found = native.live_exits(
+        automaton, starts, start_of, tails, lengths, nodes, first, flags if skip else None, out_nodes, out_configs
+    )
+    expected = []
+    for i in range(count):
+        if first[i] in skip:
+            continue
+        config = int(starts[0 if start_of is None else start_of[i]])
+        for value in tails[i, : lengths[i]].tolist():
+            config = automaton.step(config, value)
+            if config == DEAD:
+                break
+        if config != DEAD:
+            expected.append((int(nodes[i]), config))
+    assert list(zip(out_nodes[:found].tolist(), out_configs[:found].tolist())) == expected
+    with pytest.raises(ValueError, match="inconsistent lengths"):
+        native.live_exits(automaton, starts, start_of, tails[:10], lengths, nodes, first, None, out_nodes, out_configs)
+    with pytest.raises(ValueError, match="start index"):
+        native.live_exits(
+            automaton, starts, np.full(count, len(starts), dtype=np.int32), tails, lengths, nodes, first, None,
+            out_nodes, out_configs,
+        )
 
 
 @pytest.mark.parametrize("make", [doubles.json_like_record, doubles.digits_then_letters])
@@ -687,6 +731,43 @@ def test_near_uniform_groups_agree_with_brute_force(vocab, pattern, text, except
         assert matcher.advance(vocab.tokenize_bytes(bytes([value]))[0]) is not Status.REJECTED
     assert exceptions_seen == excepted
     assert matcher.is_accepting()
+
+
+def _successor_stats_by_definition(row: np.ndarray) -> tuple:
+    from surecall.engine.token_groups import GROUP_SPECS
+
+    by_group = []
+    for spec in GROUP_SPECS:
+        successors = [int(row[value]) for value in sorted(spec.ascii_bytes)]
+        common = successors[0] if len(set(successors)) == 1 else None
+        most = max(set(successors), key=successors.count)
+        others = sum(successor != most for successor in successors)
+        by_group.append((common, most, others) if 2 * others < len(successors) else (common, None, None))
+    return int((row >= 0).sum()), tuple(by_group)
+
+
+@settings(max_examples=300, deadline=None)
+# Ties hold no majority: all 128 bytes split in halves, and the ten digits.
+@example(common=0, changes=[(value, 1) for value in range(64)])
+@example(common=2, changes=[(value, -1) for value in range(0x30, 0x35)])
+@given(
+    common=st.integers(-1, 3),
+    changes=st.lists(st.tuples(st.integers(0, 127), st.integers(-1, 5)), max_size=90),
+)
+def test_successor_stats_natively_and_in_numpy_follow_their_definition(common, changes):
+    # A row most of whose bytes share a successor, some bytes (up to most) changed: the
+    # groups' shared successor, majority and the count of other bytes, both ways.
+    from surecall.engine import token_groups
+
+    row = np.full(128, common, dtype=np.int32)
+    for value, successor in changes:
+        row[value] = successor
+    expected = _successor_stats_by_definition(row)
+    if native.successor_stats is not None:
+        assert token_groups.successor_stats(row) == expected
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native, "successor_stats", None)
+        assert token_groups.successor_stats(row) == expected
 
 
 _MULTI_BYTE_SAMPLES = ["é", "߿", "ࠀ", "日", "\ud7ff", "\ue000", "￿", "𐀀", "😀", "\U0010ffff"]
