@@ -2188,7 +2188,8 @@ static PyObject *fill_part(NfaTables *t, RowWork *work, Py_ssize_t part) {
 }
 
 /* ``entry`` on bound tables (``byte`` in 0..255), with the automaton's lock held. */
-static PyObject *entry_locked(NfaTables *t, long config, int byte) {
+static PyObject *entry_locked(NfaTables *t, long config, int byte, const uint8_t *wanted) {
+    (void)wanted;
     RowWork work;
     PyObject *result = NULL;
     switch (open_row(t, config, byte, "entry", &work)) {
@@ -2209,18 +2210,19 @@ static PyObject *entry_locked(NfaTables *t, long config, int byte) {
     return result;
 }
 
-/* Fill every entry of a plain-scan row not filled yet (``ByteAutomaton._compute_row_locked``):
+/* Fill every entry of a plain-scan row not filled yet (``ByteAutomaton._compute_row_locked``),
+ * or those below ``end``, or (``wanted`` not NULL: 256 flags) those of the flagged bytes:
  * True, or None when Python must finish the row (no plain scan, a partition not made,
  * a closure meeting an intersection, no spare table row for a new configuration, or a
  * limit exceeded, which Python raises). */
-static PyObject *fill_row_locked(NfaTables *t, long config, int end) {
+static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8_t *wanted) {
     RowWork work;
     const int status = open_row(t, config, -1, "fill_row", &work);
     PyObject *result = status == ROW_READY ? Py_True : status == ROW_PYTHON ? Py_None : NULL;
     for (int first = 0; result == Py_True && first < end; first++) {
         const Py_ssize_t part = work.part_of_byte[first];
-        if (part < 0 || work.row[first] != UNKNOWN) {
-            continue;  /* dead, or its part is filled */
+        if (part < 0 || work.row[first] != UNKNOWN || (wanted != NULL && !wanted[first])) {
+            continue;  /* dead, its part filled, or not asked for */
         }
         if (PyList_GET_SIZE(t->configs) >= work.table->shape[0]) {
             result = Py_None;  /* no spare row: Python grows the table and finishes */
@@ -2239,13 +2241,14 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int end) {
 
 /* ``build`` under the automaton's lock: configurations are built by one thread at a time,
  * whether here or in Python. */
-static PyObject *locked(NfaTables *t, PyObject *(*build)(NfaTables *, long, int), long config, int byte) {
+static PyObject *locked(NfaTables *t, PyObject *(*build)(NfaTables *, long, int, const uint8_t *), long config, int byte,
+                        const uint8_t *wanted) {
     PyObject *acquired = PyObject_CallNoArgs(t->lock_acquire);
     if (acquired == NULL) {
         return NULL;
     }
     Py_DECREF(acquired);
-    PyObject *result = build(t, config, byte);
+    PyObject *result = build(t, config, byte, wanted);
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
     PyObject *released = PyObject_CallNoArgs(t->lock_release);
@@ -2275,34 +2278,47 @@ PyObject *entry(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "entry: no such configuration or byte");
         return NULL;
     }
-    return locked(t, entry_locked, config, byte);
+    return locked(t, entry_locked, config, byte, NULL);
 }
 
 const char fill_row_doc[] = (
-"fill_row(tables, config, end=256)\n"
+"fill_row(tables, config, end=256, values=None)\n"
 "\n"
 "Fills every entry of configuration ``config``'s row not filled yet, as\n"
 "``ByteAutomaton._compute_row_locked`` for a row of plain scans, with the containers\n"
 "given to ``bind``: True, or None when Python must finish the row. With ``end``, only\n"
-"the parts holding a byte below it (the row stays incomplete).");
+"the parts holding a byte below it (the row stays incomplete); with ``values`` (a\n"
+"bytes-like object of byte values), only the parts holding one of them.");
 
 PyObject *fill_row(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *capsule;
     long config;
     int end = 256;
-    if (!PyArg_ParseTuple(args, "Ol|i:fill_row", &capsule, &config, &end)) {
+    Py_buffer values = {0};
+    if (!PyArg_ParseTuple(args, "Ol|iz*:fill_row", &capsule, &config, &end, &values)) {
         return NULL;
     }
+    PyObject *result = NULL;
+    uint8_t wanted[256] = {0};
     if (end < 0 || end > 256) {
         PyErr_SetString(PyExc_ValueError, "fill_row: end is not a byte count");
-        return NULL;
+        goto done;
     }
     NfaTables *t = tables_of(capsule);
     if (t == NULL || check_bound(t, "fill_row") < 0) {
-        return NULL;
+        goto done;
     }
-    return locked(t, fill_row_locked, config, end);
+    for (Py_ssize_t i = 0; i < values.len; i++) {
+        wanted[((const uint8_t *)values.buf)[i]] = 1;
+    }
+    result = locked(t, fill_row_locked, config, end, values.buf != NULL ? wanted : NULL);
+
+done:
+    if (values.obj != NULL) {
+        PyBuffer_Release(&values);
+    }
+    return result;
 }
 
 int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows) {
@@ -2314,7 +2330,7 @@ int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t
     if (t == NULL || t->configs == NULL || PyList_GET_SIZE(t->configs) >= num_rows || value < 0 || value > 255) {
         return NATIVE_ENTRY_ASK_PYTHON;
     }
-    PyObject *found = locked(t, entry_locked, config, value);
+    PyObject *found = locked(t, entry_locked, config, value, NULL);
     if (found == NULL) {
         PyErr_Clear();  /* Python computes the entry again and raises what it raises */
         return NATIVE_ENTRY_ASK_PYTHON;

@@ -2009,6 +2009,10 @@ class ByteAutomaton:
         """Fill the unknown successors of ``cid`` for ``byte_values`` and the rest of their
         parts: natively one part at a time, else in Python."""
         if self._native is not None:
+            # One native call fills every part the values fall in while the table has
+            # room for the new configurations; entry by entry below it grows the table.
+            if native.states.fill_row(self._native, cid, 256, np.asarray(byte_values, dtype=np.uint8)):
+                return
             while True:
                 unknown = np.flatnonzero(self._table[cid, byte_values] == _UNKNOWN)
                 if not len(unknown):

@@ -706,6 +706,21 @@ def test_native_state_functions_refuse_malformed_arguments():
 
 
 @pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_row_filled_for_some_bytes_fills_their_parts_only():
+    # 'a', 'b' and 'c'-'f' lead to three configurations: asking for 'a' and 'd' fills the
+    # parts of 'a' and of 'c'-'f', as stepping each byte would, and leaves 'b' unknown.
+    grammar = "start ::= 'a' 'x' | 'b' 'y' | #'[c-f]' 'z' ;"
+    automaton, stepped = Grammar.from_ebnf(grammar).automaton, Grammar.from_ebnf(grammar).automaton
+    start = automaton.initial
+    assert native.states.fill_row(automaton._native, start, 256, b"ad") is True
+    row = automaton.transition_table[start]
+    assert row[ord("b")] == automaton_module._UNKNOWN
+    for value in b"acdef":
+        assert automaton._configs[row[value]] == stepped._configs[stepped.step(stepped.initial, value)]
+    assert row[ord("g")] == DEAD and automaton.num_configs == 3
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
 def test_native_items_outside_calls_are_shared_between_parse_states():
     automaton = Grammar.from_ebnf("start ::= ('ab' | 'a' #'[b-c]' | 'x')+;").automaton
     automaton.step_bytes(automaton.initial, b"abacxab")
