@@ -1982,10 +1982,10 @@ class ByteAutomaton:
     def successors(self, config: int, values: np.ndarray) -> np.ndarray:
         """The successor of ``config`` by each byte of ``values``, computing only the parts
         of its row those bytes fall in."""
-        found = self._table[config, values]
-        if (found == _UNKNOWN).any():
+        found = self._table[config].take(values)
+        if found.min(initial=DEAD) == _UNKNOWN:
             self._fill_entries(config, values)
-            found = self._table[config, values]
+            found = self._table[config].take(values)
         return found
 
     def step(self, config: int, byte: int) -> int:

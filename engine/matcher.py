@@ -418,11 +418,12 @@ class MatcherBase:
         if target.shape[0] < needed:
             raise ValueError(f"bitmask buffer has {target.shape[0]} words, the vocabulary needs {needed}")
         out = target.view(np.uint32)
-        out[:] = 0
         if self.is_finished():
+            out[:] = 0
             return
         _, words = self._current_mask(ids_needed=False)
         out[: len(words)] = words
+        out[len(words) :] = 0
         if self._accepting(self._state):
             for token_id in self.vocab.eos_array.tolist():
                 out[token_id >> 5] |= np.uint32(1 << (token_id & 31))

@@ -376,16 +376,21 @@ class DeferredEnds:
         # reference from here would keep alive for good.
         self._automaton = weakref.ref(automaton)
         self._starts, self._tails, self._lengths = starts, tails, lengths
-        self.positions = positions
+        # Often the group's own array: shifted only when read.
+        self._positions, self._offset = positions, 0
         self._tail_of_token = tail_of_token
 
     def shift(self, offset: int) -> None:
-        self.positions = self.positions + offset
+        self._offset += offset
+
+    @property
+    def positions(self) -> np.ndarray:
+        return self._positions + self._offset if self._offset else self._positions
 
     @property
     def nbytes(self) -> int:
         """Bytes held for the deferred tokens (the tails counted even where the group's own)."""
-        arrays = (self._starts, self._tails, self._lengths, self.positions, self._tail_of_token)
+        arrays = (self._starts, self._tails, self._lengths, self._positions, self._tail_of_token)
         return sum(array.nbytes for array in arrays if isinstance(array, np.ndarray))
 
     def resolve(self) -> np.ndarray:
@@ -425,7 +430,8 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 
 def _byte_key(values: np.ndarray) -> bytes:
-    return bytes(np.unique(values).astype(np.uint8))
+    # A few bytes: a Python sort beats numpy's.
+    return bytes(sorted(set(values.tolist())))
 
 
 def _byte_flags(values: np.ndarray) -> np.ndarray:

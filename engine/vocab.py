@@ -115,6 +115,12 @@ class TokenVocabulary:
             if not 0 <= token_id < self.size:
                 raise ValueError(f"end-of-sequence id {token_id} is outside the vocabulary")
         self._num_table_tokens = count
+        # Per-token reads on every step (advance): a memoryview's items are Python ints,
+        # cheaper to read than numpy's scalars.
+        self._offset_of = memoryview(np.ascontiguousarray(offsets, dtype=np.int64))
+        text = np.diff(offsets) > 0
+        text[[token_id for token_id in special if 0 <= token_id < count]] = False
+        self._text_flags = text.astype(np.uint8).tobytes()
         # Where derived per-vocabulary tables (token groups) are persisted; None: memory only.
         self.cache_root: Path | None = None
         self.normal_ids = np.sort(trie.token_ids).astype(np.int32)
@@ -156,16 +162,12 @@ class TokenVocabulary:
             raise IndexError(f"token id {token_id} outside the vocabulary of {self.size}")
         if token_id >= self._num_table_tokens:
             return b""
-        return self._blob[self._offsets[token_id] : self._offsets[token_id + 1]]
+        return self._blob[self._offset_of[token_id] : self._offset_of[token_id + 1]]
 
     def is_text_token(self, token_id: int) -> bool:
         """True for tokens that stand for text (not special, not empty, inside the table)."""
         token_id = int(token_id)
-        return (
-            0 <= token_id < self._num_table_tokens
-            and token_id not in self._special_ids
-            and self._offsets[token_id + 1] > self._offsets[token_id]
-        )
+        return 0 <= token_id < self._num_table_tokens and self._text_flags[token_id] == 1
 
     def tokens_holding(self, values: bytes) -> np.ndarray:
         """Per token id: whether its bytes contain any of ``values`` (special tokens: False; cached)."""
