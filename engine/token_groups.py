@@ -337,8 +337,8 @@ class TokenGroup:
     ) -> tuple[np.ndarray, np.ndarray]:
         """The exit nodes live from ``config`` (or along ``chain``, as ``exits_from`` reads it)
         and their configurations, leaving out paths whose first byte is flagged in ``skipped``."""
-        starts = np.array([config], dtype=np.int32) if chain is None else chain
         if native.live_exits is not None and hasattr(automaton, "transition_table"):
+            starts = np.array([config], dtype=np.int32) if chain is None else chain
             first = self.first_bytes(trie)[1] if skipped is not None else self._no_first_bytes
             live_nodes = np.empty(len(self.exit_nodes), dtype=np.int32)
             live_configs = np.empty(len(self.exit_nodes), dtype=np.int32)
