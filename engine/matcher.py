@@ -811,27 +811,32 @@ class Matcher(MatcherBase):
         end_parts: list[np.ndarray] = []
         deferred: list[DeferredEnds] = []
 
-        # Forced-literal prefix: follow the only possible byte down the trie.
-        node, current = 0, config
-        while True:
-            value = self._only_next_byte(current)
-            if value < 0:
-                break
-            child = trie.child(node, value)
-            if child < 0:
-                node = -1
-                break
-            node, current = child, automaton.step(current, value)
-            found = trie.tokens_at(node)
-            if len(found):
-                id_parts.append(found)
-                end_parts.append(np.full(len(found), current, dtype=np.int32))
         base = None
-        if node > 0:
-            start_nodes, start_configs = np.array([node], dtype=np.int32), np.array([current], dtype=np.int32)
-            self._walk_levels(start_nodes, start_configs, id_parts, end_parts)
-        elif node == 0:
-            base = self._walk_from_root(config, id_parts, end_parts, deferred)
+        if self._only_next_byte(config) >= 0 and self._native_walk_applies():
+            # A forced literal: the native walk follows its only live byte from the root, a
+            # table read per level, as the loop below does with Python calls per byte.
+            self._walk_levels(np.zeros(1, dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
+        else:
+            # Forced-literal prefix: follow the only possible byte down the trie.
+            node, current = 0, config
+            while True:
+                value = self._only_next_byte(current)
+                if value < 0:
+                    break
+                child = trie.child(node, value)
+                if child < 0:
+                    node = -1
+                    break
+                node, current = child, automaton.step(current, value)
+                found = trie.tokens_at(node)
+                if len(found):
+                    id_parts.append(found)
+                    end_parts.append(np.full(len(found), current, dtype=np.int32))
+            if node > 0:
+                start_nodes, start_configs = np.array([node], dtype=np.int32), np.array([current], dtype=np.int32)
+                self._walk_levels(start_nodes, start_configs, id_parts, end_parts)
+            elif node == 0:
+                base = self._walk_from_root(config, id_parts, end_parts, deferred)
 
         if base is not None and self._hooks:
             member_ids = _member_ids(base)
