@@ -2149,7 +2149,7 @@ class ByteAutomaton:
             # Live ASCII bytes answer without the rest of the row: the configurations
             # inside multi-byte characters are built only if something steps there.
             found = self._continues[config] = (
-                self._live_ascii_bytes(config) > 0
+                self.live_ascii_count(config) > 0
                 or bool(self.next_bytes(config))
                 or self.after_any_token(config) != DEAD
             )
@@ -2158,12 +2158,14 @@ class ByteAutomaton:
     def only_next_byte(self, config: int) -> int:
         """The byte, if there is exactly one, that leads ``config`` to a live configuration;
         else -1. Two live ASCII bytes answer without computing the rest of the row."""
-        if config < 0 or self._live_ascii_bytes(config) > 1:
+        if config < 0 or self.live_ascii_count(config) > 1:
             return -1
         following = self.next_bytes(config)
         return following[0] if len(following) == 1 else -1
 
-    def _live_ascii_bytes(self, config: int) -> int:
+    def live_ascii_count(self, config: int) -> int:
+        """How many ASCII bytes lead ``config`` somewhere live (only the ASCII part of its
+        row is computed)."""
         found = self._live_ascii.get(config)
         if found is None:
             if config not in self._complete and (

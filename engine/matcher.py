@@ -66,7 +66,9 @@ import numpy as np
 
 from . import native
 from .errors import TokenBudgetError
-from .token_groups import DeferredEnds, group_tables_for, living_automaton, successor_stats, uniform_successor
+from .token_groups import (
+    GROUP_SPECS, DeferredEnds, group_tables_for, living_automaton, successor_stats, uniform_successor,
+)
 from .trie import ASCII_BYTES, distinct, pack_ids, unpack_ids, words_for
 from .vocab import TokenVocabulary
 
@@ -614,6 +616,9 @@ class _AutomatonTables:
         self.costs: dict[int, int] = {}
         self.cost_bounds: dict[int, int] = {}
         self.chain_groups: dict[int, Any] = {}
+        # The fewest live ASCII bytes any group the walk takes whole needs (see
+        # ``Matcher._too_few_bytes_for_a_large_group``), once every group is loaded.
+        self.least_live_bytes: int | None = None
         self.successors: dict[tuple[int, str, bool], int | None] = {}
         self.groups = group_tables_for(vocab)
 
@@ -862,7 +867,7 @@ class Matcher(MatcherBase):
         """Walk from the trie root; returns the token group allowed as a whole, if one applies.
         Tokens whose configurations are deferred get a ``DeferredEnds`` in ``deferred``."""
         trie = self.vocab.trie
-        found = self._chain_group(config)
+        found = None if self._too_few_bytes_for_a_large_group(config) else self._chain_group(config)
         # A small group (spaces, digits) leaves most of the trie below its exits, which
         # the whole-level walk covers faster.
         small = found is None or self._small_group(found[0], _GROUP_WALK_SHARE)
@@ -1121,6 +1126,27 @@ class Matcher(MatcherBase):
                     break
         tables.chain_groups[config] = result
         return result
+
+    def _too_few_bytes_for_a_large_group(self, config: int) -> bool:
+        """Whether too few ASCII bytes lead ``config`` anywhere for any group the walk does
+        not leave to the plain walk (``_GROUP_WALK_SHARE``) to hold, uniform or near-uniform
+        (a forced byte, a number's next digits): the group choice is skipped. Known once
+        every group is loaded; until then, never."""
+        least = self._tables.least_live_bytes
+        if least is None:
+            groups = self._tables.groups
+            if not groups.all_loaded:
+                return False
+            least = self._tables.least_live_bytes = min(
+                (
+                    len(spec.ascii_bytes) - spec.first_exceptions
+                    for spec in GROUP_SPECS
+                    if not self._small_group(groups.group(spec), _GROUP_WALK_SHARE)
+                ),
+                default=len(ASCII_BYTES) + 1,
+            )
+        count = getattr(self.automaton, "live_ascii_count", None)
+        return count is not None and count(config) < least
 
     def _small_group(self, group, share: int = _LARGE_GROUP_SHARE) -> bool:
         """Whether the group holds less than 1/``share`` of the vocabulary (spaces, digits:

@@ -50,6 +50,12 @@ class GroupSpec:
     def ascii_array(self) -> np.ndarray:
         return np.array(sorted(self.ascii_bytes), dtype=np.int64)
 
+    @cached_property
+    def first_exceptions(self) -> int:
+        """Most first bytes whose characters may go their own way where the group is
+        near-uniform (at most a quarter of its bytes)."""
+        return min(MAX_FIRST_EXCEPTIONS, len(self.ascii_bytes) // 4)
+
 
 def _ascii(predicate) -> frozenset:
     return frozenset(b for b in range(128) if predicate(b))
@@ -573,6 +579,10 @@ class GroupTables:
                     found = self._groups[spec.name] = self._load_or_build(spec)
         return found
 
+    @property
+    def all_loaded(self) -> bool:
+        return len(self._groups) == len(GROUP_SPECS)
+
     def prepare(self) -> None:
         """Load (or build and store) every group now rather than at its first use."""
         for spec in GROUP_SPECS:
@@ -617,10 +627,9 @@ class GroupTables:
                 break
             # At most a quarter of the bytes are exceptions, so the common successor, if
             # there is one, is the one most of them lead to.
-            allowed_exceptions = min(MAX_FIRST_EXCEPTIONS, len(spec.ascii_bytes) // 4)
-            if live < len(spec.ascii_bytes) - allowed_exceptions:
+            if live < len(spec.ascii_bytes) - spec.first_exceptions:
                 continue
-            if target is None or target == DEAD or target == config or others > allowed_exceptions:
+            if target is None or target == DEAD or target == config or others > spec.first_exceptions:
                 continue
             if spec.non_ascii and not _utf8_leads_to(automaton, config, target, int(spec.ascii_array[0])):
                 continue

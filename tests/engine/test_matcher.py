@@ -733,6 +733,42 @@ def test_near_uniform_groups_agree_with_brute_force(vocab, pattern, text, except
     assert matcher.is_accepting()
 
 
+def test_configurations_with_too_few_live_bytes_for_a_large_group_skip_the_choice_and_keep_their_masks(vocab):
+    # Once every group is loaded, a configuration with fewer live ASCII bytes than any group
+    # the walk takes whole needs (a forced literal, digits, a keyword's letters) is walked
+    # from the root without choosing a group; its mask and ends are the brute force's.
+    from surecall.engine import Grammar
+    from surecall.engine import matcher as matcher_module
+    from surecall.engine.token_groups import group_tables_for
+
+    group_tables_for(vocab).prepare()
+    grammar = Grammar.from_ebnf(
+        r'''start ::= "{" "\"n\": " #'-?[0-9]+' ", \"s\": \"" #'[^"\\]*' "\", \"b\": " ("true" | "false") "}" ;'''
+    )
+    matcher = Matcher(grammar, vocab)
+    matcher._tables = matcher_module._AutomatonTables(vocab)
+    skipped = []
+    chosen = Matcher._too_few_bytes_for_a_large_group
+
+    def spy(self, config):
+        answer = chosen(self, config)
+        skipped.append(answer)
+        return answer
+
+    text = b'{"n": -120, "s": "a b", "b": false}'
+    try:
+        Matcher._too_few_bytes_for_a_large_group = spy
+        for token_id in vocab.tokenize_bytes(text):
+            entry = matcher._entry(matcher.config)
+            expected = _brute_force_ends(grammar.automaton, vocab, matcher.config)
+            assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == expected
+            assert matcher.advance(token_id) is not Status.REJECTED
+    finally:
+        Matcher._too_few_bytes_for_a_large_group = chosen
+    assert matcher.is_accepting()
+    assert any(skipped) and not all(skipped)  # the digits and keywords skip, the string does not
+
+
 def _successor_stats_by_definition(row: np.ndarray) -> tuple:
     from surecall.engine.token_groups import GROUP_SPECS
 
