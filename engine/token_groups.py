@@ -299,15 +299,14 @@ class TokenGroup:
         """
         partial_ids, partial_owner = self.partial_ids, self.partial_owner
         partial_starts = config if chain is None else chain[self.partial_chars]
-        skipping = skip_first is not None and len(skip_first) > 0
         # Paths starting with a skipped byte are not the chain's: their tails would run
         # from a chain configuration they never reach, and are dropped.
-        skipped = _byte_flags(skip_first) if skipping else None
+        skipped = _byte_flags(skip_first) if skip_first is not None and len(skip_first) > 0 else None
         exit_nodes, exit_configs = self._live_exits(automaton, config, chain, skipped, trie)
         partial_tails, partial_lengths = self.partial_tails, self.partial_lengths
         deferred_tails = None  # (starts, tails, lengths) of the partial rows left unstepped
         sure = self._partials_surely_live(automaton, config, chain) if defer_partials and len(partial_ids) else False
-        if sure is True and not skipping:
+        if sure is True and skipped is None:
             # Every partial token is live and deferred: the same arrays each time.
             deferred = DeferredEnds(
                 automaton, partial_starts, partial_tails, partial_lengths,
@@ -326,7 +325,7 @@ class TokenGroup:
             partial_configs[~sure] = _run_tails(automaton, starts[~sure], partial_tails[~sure], partial_lengths[~sure])
         token_configs = partial_configs[partial_owner] if len(partial_ids) else partial_configs[:0]
         partial_live = token_configs != DEAD
-        if skipping and len(partial_ids):
+        if skipped is not None and len(partial_ids):
             partial_live &= ~skipped[self.first_bytes(trie)[2]][partial_owner]
         deferred = None
         if deferred_tails is not None:
