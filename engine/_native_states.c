@@ -2212,9 +2212,9 @@ static PyObject *entry_locked(NfaTables *t, long config, int byte, const uint8_t
 
 /* Fill every entry of a plain-scan row not filled yet (``ByteAutomaton._compute_row_locked``),
  * or those below ``end``, or (``wanted`` not NULL: 256 flags) those of the flagged bytes:
- * True, or None when Python must finish the row (no plain scan, a partition not made,
- * a closure meeting an intersection, no spare table row for a new configuration, or a
- * limit exceeded, which Python raises). */
+ * how many entries below ``end`` lead somewhere live, or None when Python must finish the
+ * row (no plain scan, a partition not made, a closure meeting an intersection, no spare
+ * table row for a new configuration, or a limit exceeded, which Python raises). */
 static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8_t *wanted) {
     RowWork work;
     const int status = open_row(t, config, -1, "fill_row", &work);
@@ -2233,6 +2233,16 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8
             result = found == NULL || PyErr_Occurred() ? NULL : Py_None;
         }
         Py_XDECREF(found);
+    }
+    if (result == Py_True) {
+        /* Counted here, the row still at hand: the caller asking whether a configuration
+         * goes on reads the count instead of the row. */
+        int live = 0;
+        for (int b = 0; b < end; b++) {
+            live += work.row[b] >= 0;
+        }
+        close_row(&work);
+        return PyLong_FromLong(live);
     }
     Py_XINCREF(result);
     close_row(&work);
@@ -2286,9 +2296,10 @@ const char fill_row_doc[] = (
 "\n"
 "Fills every entry of configuration ``config``'s row not filled yet, as\n"
 "``ByteAutomaton._compute_row_locked`` for a row of plain scans, with the containers\n"
-"given to ``bind``: True, or None when Python must finish the row. With ``end``, only\n"
-"the parts holding a byte below it (the row stays incomplete); with ``values`` (a\n"
-"bytes-like object of byte values), only the parts holding one of them.");
+"given to ``bind``: how many entries below ``end`` lead somewhere live (unfilled ones\n"
+"are not), or None when Python must finish the row. With ``end``, only the parts\n"
+"holding a byte below it (the row stays incomplete); with ``values`` (a bytes-like\n"
+"object of byte values), only the parts holding one of them.");
 
 PyObject *fill_row(PyObject *self, PyObject *args) {
     (void)self;

@@ -1712,7 +1712,7 @@ class ByteAutomaton:
         return self._close(kernel, False)
 
     def _compute_row_locked(self, cid: int) -> None:
-        if self._native is not None and native.states.fill_row(self._native, cid):
+        if self._native is not None and native.states.fill_row(self._native, cid) is not None:
             return
         scan = self._scan(cid)
         if scan is None:
@@ -2011,7 +2011,7 @@ class ByteAutomaton:
         if self._native is not None:
             # One native call fills every part the values fall in while the table has
             # room for the new configurations; entry by entry below it grows the table.
-            if native.states.fill_row(self._native, cid, 256, np.asarray(byte_values, dtype=np.uint8)):
+            if native.states.fill_row(self._native, cid, 256, np.asarray(byte_values, dtype=np.uint8)) is not None:
                 return
             while True:
                 unknown = np.flatnonzero(self._table[cid, byte_values] == _UNKNOWN)
@@ -2168,11 +2168,13 @@ class ByteAutomaton:
         row is computed)."""
         found = self._live_ascii.get(config)
         if found is None:
-            if config not in self._complete and (
-                self._native is None or not native.states.fill_row(self._native, config, 128)
-            ):
-                self._fill_entries(config, ASCII_BYTES)
-            found = self._live_ascii[config] = int(np.count_nonzero(self._table[config, :128] >= 0))
+            if config not in self._complete and self._native is not None:
+                found = native.states.fill_row(self._native, config, 128)
+            if found is None:
+                if config not in self._complete:
+                    self._fill_entries(config, ASCII_BYTES)
+                found = int(np.count_nonzero(self._table[config, :128] >= 0))
+            self._live_ascii[config] = found
         return found
 
     def consumed_masks(self) -> frozenset[int]:

@@ -712,7 +712,8 @@ def test_native_row_filled_for_some_bytes_fills_their_parts_only():
     grammar = "start ::= 'a' 'x' | 'b' 'y' | #'[c-f]' 'z' ;"
     automaton, stepped = Grammar.from_ebnf(grammar).automaton, Grammar.from_ebnf(grammar).automaton
     start = automaton.initial
-    assert native.states.fill_row(automaton._native, start, 256, b"ad") is True
+    # The count is of the live entries filled: 'a' and 'c'-'f', not the unknown 'b'.
+    assert native.states.fill_row(automaton._native, start, 256, b"ad") == 5
     row = automaton.transition_table[start]
     assert row[ord("b")] == automaton_module._UNKNOWN
     for value in b"acdef":
@@ -871,3 +872,27 @@ def test_a_rule_copied_too_often_is_called():
         assert ("member" in automaton._nfa.rule_names) == called, uses
         assert Grammar(rules).accepts(f"k{uses - 1}:" + "v" * 2_000)
         assert not Grammar(rules).accepts(f"k{uses - 1}:" + "v" * 1_999)
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        "start ::= 'a' 'x' | 'b' 'y' | #'[c-f]' 'z' | 'é' ;",
+        "start ::= '{' #'\"[a-z]{0,3}\"' ':' ('1' | 'true' | '[]') '}' ;",
+    ],
+)
+def test_live_ascii_count_is_the_count_of_the_whole_row(grammar):
+    # Counted while only the ASCII half of the row is filled (natively, in the same call),
+    # it must agree with the whole row computed afterwards.
+    automaton = Grammar.from_ebnf(grammar).automaton
+    pending, seen = [automaton.initial], set()
+    while pending:
+        config = pending.pop()
+        if config in seen:
+            continue
+        seen.add(config)
+        count = automaton.live_ascii_count(config)
+        row = automaton.row(config)
+        assert count == int(np.count_nonzero(row[:128] >= 0))
+        pending.extend(int(after) for after in set(row.tolist()) if after >= 0)
+    assert len(seen) > 5
