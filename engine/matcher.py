@@ -1110,22 +1110,39 @@ class Matcher(MatcherBase):
         stats = successor_stats(row)
         found = tables.groups.best_uniform_group(self.automaton, config, row, stats)
         result = None
+        # A small uniform group's chain is made only if no larger near-uniform group
+        # takes its place (at a key position next to known keys, one does).
+        small = None
         if found is not None:
             group, successor = found
-            chain = None if successor == config else self._chain(group, config, successor)
-            if successor == config or chain is not None:
+            if successor == config:
+                result = (group, None, None)
+            elif self._small_group(group):
+                small = found
+            elif (chain := self._chain(group, config, successor)) is not None:
                 result = (group, chain, None)
         if result is None or self._small_group(result[0]):
             larger_than = None if result is None else result[0]
             for group, successor, exceptions in tables.groups.near_uniform_groups(
                 self.automaton, config, row, larger_than, stats
             ):
+                if small is not None and group.member_count <= small[0].member_count:
+                    result, small = self._small_chain_group(small, config), None
+                    if result is not None:
+                        break
                 chain = self._chain(group, config, successor)
                 if chain is not None:
                     result = (group, chain, exceptions)
                     break
+            if small is not None and result is None:
+                result = self._small_chain_group(small, config)
         tables.chain_groups[config] = result
         return result
+
+    def _small_chain_group(self, found: tuple, config: int):
+        group, successor = found
+        chain = self._chain(group, config, successor)
+        return None if chain is None else (group, chain, None)
 
     def _too_few_bytes_for_a_large_group(self, config: int) -> bool:
         """Whether too few ASCII bytes lead ``config`` anywhere for any group the walk does
