@@ -2332,6 +2332,79 @@ done:
     return result;
 }
 
+/* ``count_shifted`` with the automaton's lock held: ``by`` comes as ``locked``'s byte. */
+static PyObject *count_shifted_locked(NfaTables *t, long config, int by, const uint8_t *wanted) {
+    (void)wanted;
+    PyObject *items = PyList_GET_ITEM(t->configs, config);
+    PyObject *shifted = PyFrozenSet_New(NULL);
+    PyObject *iterator = shifted == NULL ? NULL : PyObject_GetIter(items);
+    PyObject *item, *result = NULL;
+    int any_tracked = 0;
+    if (iterator == NULL) {
+        goto done;
+    }
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        int32_t position;
+        PyObject *origin, *watch, *state, *moved = NULL;
+        if (unpack_item(t, item, &position, &origin, &watch, &state) == 0) {
+            if (PyLong_CheckExact(state)) {
+                const long count = PyLong_AsLong(state);
+                PyObject *counted = count == -1 && PyErr_Occurred() ? NULL : count_object(t, count + by);
+                moved = counted == NULL ? NULL : item_of(t, position, origin, watch, counted);
+                Py_XDECREF(counted);
+            } else {
+                moved = Py_NewRef(item);
+            }
+        }
+        Py_DECREF(item);
+        const int added = moved == NULL ? -1 : add_item(shifted, moved, &any_tracked);
+        Py_XDECREF(moved);
+        if (added < 0) {
+            goto done;
+        }
+    }
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (!any_tracked) {
+        PyObject_GC_UnTrack(shifted);  /* as ``plain_frozenset`` */
+    }
+    const long found = intern_items(t, shifted);
+    result = found == -1 && PyErr_Occurred() ? NULL : PyLong_FromLong(found);
+
+done:
+    Py_XDECREF(iterator);
+    Py_XDECREF(shifted);
+    return result;
+}
+
+const char count_shifted_doc[] = (
+"count_shifted(tables, config, by)\n"
+"\n"
+"As ``ByteAutomaton.count_shifted`` with the containers given to ``bind``: the\n"
+"configuration of ``config``'s items with every repetition count (an int token state)\n"
+"``by`` higher, interned if new. Returns its number, or -11 when interning would exceed\n"
+"max_configs. The caller grows the table when the number is past its end.");
+
+PyObject *count_shifted(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    long config;
+    int by;
+    if (!PyArg_ParseTuple(args, "Oli:count_shifted", &capsule, &config, &by)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, "count_shifted") < 0) {
+        return NULL;
+    }
+    if (config < 0 || config >= PyList_GET_SIZE(t->configs) || by < 0) {
+        PyErr_SetString(PyExc_IndexError, "count_shifted: no such configuration, or a negative shift");
+        return NULL;
+    }
+    return locked(t, count_shifted_locked, config, by, NULL);
+}
+
 int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows) {
     if (!PyCapsule_IsValid(tables, CAPSULE_NAME)) {
         return NATIVE_ENTRY_ASK_PYTHON;

@@ -2089,6 +2089,8 @@ class ByteAutomaton:
         Only it is built, not the ones between."""
         key = (config, by)
         shifted = self._count_shifts.get(key)
+        if shifted is None and self._native is not None:
+            shifted = self._count_shifts[key] = self._native_config(native.states.count_shifted(self._native, config, by))
         if shifted is None:
             items = _frozen(
                 [(p, o, w, t + by) if type(t) is int else (p, o, w, t) for p, o, w, t in self._configs[config]]

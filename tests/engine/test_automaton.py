@@ -701,6 +701,12 @@ def test_native_state_functions_refuse_malformed_arguments():
         states.fill_row(unbound, 0)
     with pytest.raises(IndexError, match="no such configuration"):
         states.fill_row(tables, -1)
+    with pytest.raises(ValueError, match="not bound"):
+        states.count_shifted(unbound, 0, 1)
+    with pytest.raises(IndexError, match="no such configuration"):
+        states.count_shifted(tables, automaton.num_configs, 1)
+    with pytest.raises(IndexError, match="negative shift"):
+        states.count_shifted(tables, automaton.initial, -1)
     # The automaton still works after the refusals.
     assert automaton.step_bytes(automaton.initial, b"aab") != DEAD
 
