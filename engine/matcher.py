@@ -425,10 +425,11 @@ class MatcherBase:
             return
         _, words = self._current_mask(ids_needed=False)
         out[: len(words)] = words
-        out[len(words) :] = 0
+        if len(out) > len(words):
+            out[len(words) :] = 0
         if self._accepting(self._state):
             for token_id in self.vocab.eos_array.tolist():
-                out[token_id >> 5] |= np.uint32(1 << (token_id & 31))
+                out[token_id >> 5] = int(out[token_id >> 5]) | 1 << (token_id & 31)
 
     def is_allowed(self, token_id: int) -> bool:
         if self.is_finished():

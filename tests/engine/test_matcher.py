@@ -343,6 +343,14 @@ def test_fill_bitmask_layout_rows_and_errors(vocab):
         matcher.fill_bitmask(np.zeros(words - 1, dtype=np.int32))
     with pytest.raises(ValueError):
         matcher.fill_bitmask(np.zeros((2, words), dtype=np.int32))
+    # Complete but able to go on: the end-of-sequence ids join the text tokens' bits.
+    matcher = Matcher(doubles.FakeGrammar(doubles.finite_language(["ab", "abc"])), vocab)
+    assert matcher.advance(vocab.tokenize_bytes(b"ab")[0]) is Status.ACCEPTED
+    buffer = np.full(words, -1, dtype=np.int32)
+    matcher.fill_bitmask(buffer)
+    bits = {i for i in range(vocab.size) if (int(buffer.view(np.uint32)[i >> 5]) >> (i & 31)) & 1}
+    assert bits == set(matcher.allowed_token_ids().tolist())
+    assert set(vocab.eos_token_ids) <= bits
 
 
 def test_finished_when_nothing_can_follow(vocab):
