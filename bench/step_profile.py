@@ -42,7 +42,6 @@ PHASES = (
     ("surecall.engine.native", "walk", "native trie walks (with the states they build)"),
     ("surecall.engine.matcher", "Matcher._chain_group", "choosing a token group"),
     ("surecall.engine.token_groups", "TokenGroup.exits_from", "a group's exit paths"),
-    ("surecall.engine.matcher", "Matcher._walk_below_first_bytes", "tokens below a group's excepted first bytes"),
     ("surecall.engine.automaton", "ByteAutomaton._compute_row_by_class", "rows computed by byte class (Python)"),
     ("surecall.engine.automaton", "ByteAutomaton._byte_classes", "byte classes of rows computed by class"),
     ("surecall.engine.automaton", "ByteAutomaton.utf8_agrees", "multi-byte character checks"),

@@ -893,10 +893,6 @@ class Matcher(MatcherBase):
             # the members' ones are made when read (past a group's excepted first bytes,
             # where they are listed, at once).
             _make_lazy_entries(self.automaton, chain, group.chain_counts if deferring and exceptions is None else None)
-        if exceptions is not None:
-            # Tokens starting with an excepted byte are walked below it; the rest of the
-            # group's paths follow the chain.
-            self._walk_below_first_bytes(config, exceptions, id_parts, end_parts)
         frontier_nodes, frontier_configs, partial_ids, partial_configs, deferred_ends = group.exits_from(
             self.automaton, config, chain, trie=trie, skip_first=exceptions, defer_partials=deferring,
         )
@@ -905,6 +901,13 @@ class Matcher(MatcherBase):
             deferred.append(deferred_ends)
         id_parts.append(partial_ids)
         end_parts.append(partial_configs)
+        if exceptions is not None:
+            # Tokens starting with an excepted byte are walked below it, in the same walk
+            # as the exits (the exits starting with one are left out); the rest of the
+            # group's paths follow the chain.
+            first_nodes, first_configs = self._below_first_bytes(config, exceptions)
+            frontier_nodes = np.concatenate([frontier_nodes, first_nodes])
+            frontier_configs = np.concatenate([frontier_configs, first_configs])
         self._walk_at_and_below(frontier_nodes, frontier_configs, id_parts, end_parts)
         if chain is None:
             return group.member_ids, group.member_words, config
@@ -922,8 +925,9 @@ class Matcher(MatcherBase):
         end_parts.append(member_ends[live])
         return None
 
-    def _walk_below_first_bytes(self, config: int, values: np.ndarray, id_parts: list, end_parts: list) -> None:
-        """Tokens starting with one of the bytes ``values``, walked from the trie root."""
+    def _below_first_bytes(self, config: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The trie's first-level nodes of the bytes ``values`` that lead ``config`` somewhere
+        live, and where they lead: the starts of a walk of the tokens starting with them."""
         trie = self.vocab.trie
         afters = self._successors(config, values)
         nodes, configs = [], []
@@ -932,9 +936,7 @@ class Matcher(MatcherBase):
             if child >= 0 and after != DEAD:
                 nodes.append(child)
                 configs.append(after)
-        if not nodes:
-            return
-        self._walk_at_and_below(np.array(nodes, dtype=np.int32), np.array(configs, dtype=np.int32), id_parts, end_parts)
+        return np.array(nodes, dtype=np.int32), np.array(configs, dtype=np.int32)
 
     def _walk_at_and_below(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list) -> None:
         """``_walk_levels``, with the tokens at ``nodes`` themselves (ending at ``configs``)."""
