@@ -839,6 +839,7 @@ static PyMethodDef native_methods[] = {
     {"entry", entry, METH_VARARGS, entry_doc},
     {"fill_row", fill_row, METH_VARARGS, fill_row_doc},
     {"count_shifted", count_shifted, METH_VARARGS, count_shifted_doc},
+    {"successors", successors, METH_VARARGS, successors_doc},
     {"partition", partition, METH_O, partition_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -20,6 +20,7 @@ PyObject *utf8_agrees(PyObject *self, PyObject *args);
 PyObject *entry(PyObject *self, PyObject *args);
 PyObject *fill_row(PyObject *self, PyObject *args);
 PyObject *count_shifted(PyObject *self, PyObject *args);
+PyObject *successors(PyObject *self, PyObject *args);
 PyObject *partition(PyObject *self, PyObject *masks);
 
 /* ``entry`` for the trie walks: the successor of ``config`` by ``value`` computed natively,
@@ -27,6 +28,6 @@ PyObject *partition(PyObject *self, PyObject *masks);
  * compute it: not native tables, no spare table row, a row Python computes, or an error. */
 #define NATIVE_ENTRY_ASK_PYTHON (-2)
 int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows);
-extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], settle_context_doc[], bind_doc[], successor_doc[], utf8_agrees_doc[], entry_doc[], fill_row_doc[], count_shifted_doc[], partition_doc[];
+extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], settle_context_doc[], bind_doc[], successor_doc[], utf8_agrees_doc[], entry_doc[], fill_row_doc[], count_shifted_doc[], successors_doc[], partition_doc[];
 
 #endif

@@ -2332,6 +2332,88 @@ done:
     return result;
 }
 
+const char successors_doc[] = (
+"successors(tables, config, values, out)\n"
+"\n"
+"``ByteAutomaton.successors`` with the containers given to ``bind``: writes the successor\n"
+"of ``config`` by each byte of ``values`` (a C-contiguous array of uint8 or int64 byte\n"
+"values) to ``out`` (a writable int32 array as long), filling the parts of the row they\n"
+"fall in first (as ``fill_row`` with those values). True, or None (``out`` unusable)\n"
+"when Python must fill them.");
+
+PyObject *successors(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    long config;
+    Py_buffer values = {0}, out = {0};
+    if (!PyArg_ParseTuple(args, "Oly*w*:successors", &capsule, &config, &values, &out)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const Py_ssize_t itemsize = values.itemsize > 0 ? values.itemsize : 1;
+    const Py_ssize_t count = values.len / itemsize;
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, "successors") < 0) {
+        goto done;
+    }
+    if ((itemsize != 1 && itemsize != 8) || out.len != count * (Py_ssize_t)sizeof(int32_t)) {
+        PyErr_SetString(PyExc_ValueError, "successors: values must be uint8 or int64, out int32 of as many");
+        goto done;
+    }
+    if (config < 0 || config >= PyList_GET_SIZE(t->configs)) {
+        PyErr_SetString(PyExc_IndexError, "successors: no such configuration");
+        goto done;
+    }
+    uint8_t wanted[256] = {0};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const int64_t value = itemsize == 1 ? ((const uint8_t *)values.buf)[i] : ((const int64_t *)values.buf)[i];
+        if (value < 0 || value > 255) {
+            PyErr_SetString(PyExc_ValueError, "successors: a value is not a byte");
+            goto done;
+        }
+        wanted[value] = 1;
+    }
+    for (int pass = 0; pass < 2 && result == NULL; pass++) {
+        Py_buffer *table = table_view(t);
+        if (table == NULL) {
+            goto done;
+        }
+        if (config >= table->shape[0]) {
+            PyErr_SetString(PyExc_IndexError, "successors: the table has no row for the configuration");
+            goto done;
+        }
+        const int32_t *row = (const int32_t *)table->buf + (Py_ssize_t)config * 256;
+        int unknown = 0;
+        for (int b = 0; b < 256 && !unknown; b++) {
+            unknown = wanted[b] && row[b] == UNKNOWN;
+        }
+        if (!unknown) {
+            int32_t *written = (int32_t *)out.buf;
+            for (Py_ssize_t i = 0; i < count; i++) {
+                written[i] = row[itemsize == 1 ? ((const uint8_t *)values.buf)[i] : ((const int64_t *)values.buf)[i]];
+            }
+            result = Py_NewRef(Py_True);
+        } else if (pass == 0) {
+            PyObject *filled = locked(t, fill_row_locked, config, 256, wanted);
+            if (filled == NULL) {
+                goto done;
+            }
+            const int finished = filled != Py_None;
+            Py_DECREF(filled);
+            if (!finished) {
+                result = Py_NewRef(Py_None);  /* Python grows the table or computes the row */
+            }
+        } else {
+            result = Py_NewRef(Py_None);
+        }
+    }
+
+done:
+    PyBuffer_Release(&values);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 /* ``count_shifted`` with the automaton's lock held: ``by`` comes as ``locked``'s byte. */
 static PyObject *count_shifted_locked(NfaTables *t, long config, int by, const uint8_t *wanted) {
     (void)wanted;

@@ -7,7 +7,8 @@ closure, row scan and interning (``nfa_tables``, ``close``, ``plain_scans``, ``f
 ``intern_info``; ``successor``, which closes and interns a row entry's configuration in
 the containers an automaton binds to its tables with ``bind``; ``entry`` and ``fill_row``,
 which fill a row entry, a whole row or the row's parts below a byte, and which the walks
-call directly; ``count_shifted``, a configuration with its repetition counts moved on;
+call directly; ``successors``, a row's successors by some bytes, filling the parts they
+fall in; ``count_shifted``, a configuration with its repetition counts moved on;
 ``utf8_agrees``;
 ``partition``, which splits the bytes by the byte sets a row scans). The
 extension is built when the package is installed with a C compiler at hand; without one

@@ -902,3 +902,37 @@ def test_live_ascii_count_is_the_count_of_the_whole_row(grammar):
         assert count == int(np.count_nonzero(row[:128] >= 0))
         pending.extend(int(after) for after in set(row.tolist()) if after >= 0)
     assert len(seen) > 5
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64])
+def test_native_successors_by_some_bytes_agree_with_stepping(dtype):
+    # Filled natively part by part: each byte's successor holds the items stepping it on a
+    # fresh automaton reaches, and bytes of parts not asked for stay unknown.
+    grammar = "start ::= 'a' 'x' | 'b' 'y' | #'[c-f]' 'z' | #'[0-9]+' ;"
+    automaton, stepped = Grammar.from_ebnf(grammar).automaton, Grammar.from_ebnf(grammar).automaton
+    values = np.array([ord("d"), ord("a"), ord("7"), ord("q")], dtype=dtype)
+    found = np.empty(len(values), dtype=np.int32)
+    assert native.states.successors(automaton._native, automaton.initial, values, found) is True
+    for value, after in zip(values.tolist(), found.tolist()):
+        expected = stepped.step(stepped.initial, value)
+        assert (after == DEAD) == (expected == DEAD)
+        if after != DEAD:
+            assert automaton._configs[after] == stepped._configs[expected]
+    assert automaton.transition_table[automaton.initial][ord("b")] == automaton_module._UNKNOWN
+    digit = automaton.step(automaton.initial, ord("7"))
+    assert list(automaton.successors(digit, np.frombuffer(b"09a", dtype=np.uint8))) == [digit, digit, DEAD]
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_successors_refuses_bad_arguments():
+    automaton = Grammar.from_ebnf("start ::= 'a' ;").automaton
+    tables, out = automaton._native, np.empty(1, dtype=np.int32)
+    with pytest.raises(IndexError, match="no such configuration"):
+        native.states.successors(tables, automaton.num_configs, np.zeros(1, dtype=np.uint8), out)
+    with pytest.raises(ValueError, match="not a byte"):
+        native.states.successors(tables, automaton.initial, np.array([256], dtype=np.int64), out)
+    with pytest.raises(ValueError, match="uint8 or int64"):
+        native.states.successors(tables, automaton.initial, np.zeros(2, dtype=np.uint8), out)
+    with pytest.raises(ValueError, match="uint8 or int64"):
+        native.states.successors(tables, automaton.initial, np.zeros(1, dtype=np.int32), out)
