@@ -223,11 +223,12 @@ def _plain_rests(content: bytes, seen: frozenset) -> frozenset | None:
     except UnicodeDecodeError:
         return None
     rests = set()
-    for kind, value in seen:
-        if kind != "string":
+    for item in seen:
+        # Items are ``canonical`` forms: ("null",) has no value, strings are ("string", text).
+        if item[0] != "string":
             continue
         try:
-            encoded = value.encode("utf-8")
+            encoded = item[1].encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate, from an escape: not a plain completion
             continue
         if encoded.startswith(content):

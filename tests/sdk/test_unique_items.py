@@ -133,6 +133,21 @@ def test_masks_drop_tokens_that_complete_a_repeated_item():
     assert matcher.advance(token(b"b")) is Status.ACCEPTED and matcher.advance(token(b'"]')) is Status.FINISHED
 
 
+@pytest.mark.parametrize("few_checked", [1024, 0], ids=["by ids", "by packed words"])
+def test_masks_inside_a_string_after_a_null_item(few_checked, monkeypatch):
+    # A null is seen as ("null",), with no value: the strings seen are read apart from it.
+    monkeypatch.setattr(matcher_module, "_FEW_CHECKED", few_checked)
+    grammar = grammar_from_schema({"type": "array", "uniqueItems": True})
+    matcher = Matcher(grammar, VOCAB)
+    assert matcher.advance_many([token(b"["), token(b"null"), token(b","), token(b'"'), token(b"a")]) is Status.ACCEPTED
+    assert token(b'"]') in set(matcher.allowed_token_ids().tolist())
+    matcher = Matcher(grammar, VOCAB)
+    opened = [token(b'["'), token(b"a"), token(b'",'), token(b"null"), token(b","), token(b'"'), token(b"a")]
+    assert matcher.advance_many(opened) is Status.ACCEPTED
+    allowed = set(matcher.allowed_token_ids().tolist())
+    assert token(b'"]') not in allowed and token(b"b") in allowed
+
+
 def test_masks_drop_repeated_literals_and_numbers():
     grammar = grammar_from_schema({"type": "array", "uniqueItems": True})
     matcher = Matcher(grammar, VOCAB)
