@@ -108,6 +108,7 @@ class TokenGroup:
         self.member_words = pack_ids(self.member_ids, self._top)
         self._first_bytes: tuple | None = None
         self._words_without: dict[bytes, np.ndarray] = {}
+        self._partials_without: dict[bytes, tuple] = {}
         self._words_by_first: dict[int, np.ndarray] = {}
         self._by_chars: tuple[np.ndarray, np.ndarray] | None = None
         self._by_first: tuple[np.ndarray, np.ndarray] | None = None
@@ -306,18 +307,20 @@ class TokenGroup:
         partial_tails, partial_lengths = self.partial_tails, self.partial_lengths
         deferred_tails = None  # (starts, tails, lengths) of the partial rows left unstepped
         sure = self._partials_surely_live(automaton, config, chain) if defer_partials and len(partial_ids) else False
-        if sure is True and skipped is None:
-            # Every partial token is live and deferred: the same arrays each time.
+        if sure is True:
+            # Every partial token is live and deferred but those skipped: arrays that depend
+            # on the skipped first bytes alone.
+            ids, ends, positions, tail_of_token = (
+                (partial_ids, self._all_deferred_tokens, self._partial_positions, partial_owner)
+                if skipped is None else self._partials_without_first(trie, skip_first, skipped)
+            )
             deferred = DeferredEnds(
                 automaton, partial_starts, partial_tails, partial_lengths,
-                positions=self._partial_positions, tail_of_token=partial_owner,
+                positions=positions, tail_of_token=tail_of_token,
             )
-            return exit_nodes, exit_configs, partial_ids, self._all_deferred_tokens, deferred
+            return exit_nodes, exit_configs, ids, ends, deferred
         if sure is False:
             partial_configs = _run_tails(automaton, partial_starts, partial_tails, partial_lengths)
-        elif sure is True:
-            deferred_tails = (partial_starts, partial_tails, partial_lengths)
-            partial_configs = self._all_deferred
         else:
             starts = np.broadcast_to(np.asarray(partial_starts, dtype=np.int32), partial_lengths.shape)
             deferred_tails = (starts[sure], partial_tails[sure], partial_lengths[sure])
@@ -333,9 +336,30 @@ class TokenGroup:
             rows = partial_owner[partial_live][returned_configs == DEFERRED]
             deferred = DeferredEnds(
                 automaton, *deferred_tails, positions=np.flatnonzero(returned_configs == DEFERRED),
-                tail_of_token=rows if sure is True else (np.cumsum(sure) - 1)[rows],
+                tail_of_token=(np.cumsum(sure) - 1)[rows],
             )
         return exit_nodes, exit_configs, partial_ids[partial_live], token_configs[partial_live], deferred
+
+    def _partials_without_first(
+        self, trie: TokenTrie, skip_first: np.ndarray, skipped: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For partial tokens all deferred, those whose first byte is not skipped: (their
+        ids, their DEFERRED ends, their positions among them, the index of each one's tail);
+        kept for a few sets of skipped bytes (a key position's known keys' first letters
+        recur)."""
+        key = _byte_key(skip_first)
+        found = self._partials_without.get(key)
+        if found is None:
+            live = ~skipped[self.first_bytes(trie)[2]][self.partial_owner]
+            ids = _read_only(self.partial_ids[live])
+            found = (
+                ids, _read_only(np.full(len(ids), DEFERRED, dtype=np.int32)),
+                _read_only(np.arange(len(ids), dtype=np.intp)), _read_only(self.partial_owner[live]),
+            )
+            if len(self._partials_without) >= _EXCEPTED_BYTE_SETS_KEPT:
+                self._partials_without.pop(next(iter(self._partials_without)))
+            self._partials_without[key] = found
+        return found
 
     def _live_exits(
         self, automaton, config: int, chain: np.ndarray | None, skipped: np.ndarray | None, trie: TokenTrie | None

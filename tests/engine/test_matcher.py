@@ -721,6 +721,8 @@ def test_sparse_walk_hands_over_to_the_level_walk_without_losing_tokens(vocab, m
         (r'"(abc|ab|[^"\\]{0,5})"', b'"abx"', True),  # the same with a counted string
         (r'"( "x|ab|[^"\\]*)"', b'"ab"', True),  # a token leaving the string after an excepted byte
         (r'"(é|[^"\\]*)"', b'"\xc3\xa9x"', False),  # a multi-byte exception: the walk takes over
+        # "h\xc3" ends inside a character after an excepted byte: walked below "h" alone.
+        (r'"(hi|[^"\\]*)"', b'"hx"', True),
     ],
 )
 def test_near_uniform_groups_agree_with_brute_force(vocab, pattern, text, excepted):
@@ -736,6 +738,7 @@ def test_near_uniform_groups_agree_with_brute_force(vocab, pattern, text, except
         entry = matcher._entry(matcher.config)
         expected = _brute_force_ends(automaton, vocab, matcher.config)
         assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == expected
+        assert doubles.walked_tokens(matcher, matcher.config) == expected
         assert matcher.advance(vocab.tokenize_bytes(bytes([value]))[0]) is not Status.REJECTED
     assert exceptions_seen == excepted
     assert matcher.is_accepting()
