@@ -1982,7 +1982,7 @@ class ByteAutomaton:
     def successors(self, config: int, values: np.ndarray) -> np.ndarray:
         """The successor of ``config`` by each byte of ``values``, computing only the parts
         of its row those bytes fall in."""
-        if self._native is not None and values.dtype.itemsize in (1, 8):
+        if self._native is not None and values.dtype.kind in "iu" and values.dtype.itemsize in (1, 8):
             found = np.empty(len(values), dtype=np.int32)
             if native.states.successors(self._native, config, values, found):
                 return found

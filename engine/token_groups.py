@@ -260,9 +260,7 @@ class TokenGroup:
             found = self.member_words
             for value in key:
                 found = found & ~self._words_starting_with(trie, value)
-            if len(self._words_without) >= _EXCEPTED_BYTE_SETS_KEPT:
-                self._words_without.clear()
-            self._words_without[key] = found
+            _keep_for_byte_set(self._words_without, key, found)
         return found
 
     def _words_starting_with(self, trie: TokenTrie, value: int) -> np.ndarray:
@@ -356,9 +354,7 @@ class TokenGroup:
                 ids, _read_only(np.full(len(ids), DEFERRED, dtype=np.int32)),
                 _read_only(np.arange(len(ids), dtype=np.intp)), _read_only(self.partial_owner[live]),
             )
-            if len(self._partials_without) >= _EXCEPTED_BYTE_SETS_KEPT:
-                self._partials_without.pop(next(iter(self._partials_without)))
-            self._partials_without[key] = found
+            _keep_for_byte_set(self._partials_without, key, found)
         return found
 
     def _live_exits(
@@ -449,8 +445,16 @@ def _characters_surely_live(automaton, config: int, spec: GroupSpec) -> bool:
     )
 
 
-#: Most sets of excepted first bytes whose member words are kept (each as large as the group's packed words).
+#: Most sets of excepted first bytes whose member words (each as large as the group's packed
+#: words) or partial tokens past them are kept, per group.
 _EXCEPTED_BYTE_SETS_KEPT = 16
+
+
+def _keep_for_byte_set(kept: dict, key: bytes, value) -> None:
+    """Keep ``value`` for a set of excepted bytes, the oldest set dropped past the limit."""
+    if len(kept) >= _EXCEPTED_BYTE_SETS_KEPT:
+        kept.pop(next(iter(kept)), None)
+    kept[key] = value
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
