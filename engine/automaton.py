@@ -365,6 +365,9 @@ class _NfaBuilder:
         self.pending: list[tuple[int, str]] = []
         self.owner = -1
         self.rule = start
+        # (called rule, its end, its head) while the rule's body is emitted (see build).
+        self._tail_call: tuple[int, int, int] | None = None
+        self._tail_call_used = False
         # Intersections of the same operands (a schema's format or pattern met at many
         # places) share one product, and with it its liveness memo.
         self._products: dict[tuple, int] = {}
@@ -487,7 +490,18 @@ class _NfaBuilder:
             index, name = self.pending.pop()
             self.owner, self.rule = index, name
             end = nfa.add(_END, 0, None, index, index)
-            nfa.rule_start[index] = self.emit(self.rules[name], end)
+            # A call of the rule to itself right before its end (a right recursion: the
+            # members of an any-order object while a required one is missing) jumps back to
+            # this head instead: returning from it would only end the calling instance, so
+            # no return point is kept, and every round of the recursion reaches the same
+            # parse states instead of one more level of calls. The head comes before the
+            # body's positions, so no template of the body holds a jump to it.
+            head = nfa.add(_EPS, 0, [], -1, index)
+            self._tail_call, self._tail_call_used = (index, end, head), False
+            entry = self.emit(self.rules[name], end)
+            nfa.out[head].append(entry)
+            nfa.rule_start[index] = head if self._tail_call_used else entry
+        self._tail_call = None
         # Without pieces that match nothing, only an intersection with no common string
         # can leave a position that cannot finish; when every one has a common string
         # (the usual case), all positions are useful and the reverse pass is skipped.
@@ -630,6 +644,10 @@ class _NfaBuilder:
                 self.nfa.rule_start.append(-1)
                 self.pending.append((index, name))
                 self.nfa.has_calls = True
+            tail_call = self._tail_call
+            if tail_call is not None and tail_call[0] == index == self.owner and tail_call[1] == nxt:
+                self._tail_call_used = True
+                return tail_call[2]
             key = (name, nxt, self.owner)
             call = self._emitted.get(key)
             if call is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,54 @@ def test_calls_of_a_rule_with_the_same_continuation_share_one_position():
     grammar = Grammar(rules)
     samples = ["a();", "b(());", "a(;", "c();", "b()", "a((()));"]
     assert [grammar.accepts(text) for text in samples] == [True, True, False, False, False, True]
+
+
+def _configs_along(automaton, text: bytes) -> list[int]:
+    config, found = automaton.initial, []
+    for value in text:
+        config = automaton.step(config, value)
+        found.append(config)
+    return found
+
+
+def test_a_rule_calling_itself_last_loops_back_instead_of_calling():
+    # ``r`` ends by calling itself (and is called from start): the self-call jumps back to
+    # the rule's head, so every round of the recursion is the same parse state.
+    rules = {"start": seq("a", Ref("r"), ";"), "r": alt(seq("x", Ref("r")), seq(Ref("inner"), Ref("r")), "z"),
+             "inner": seq("y", optional("y"))}
+    nfa = build_nfa(rules, "start")
+    assert nfa.kind.count(automaton_module._CALL) == 1  # start's call; r's own calls are jumps
+    grammar = Grammar(rules)
+    configs = _configs_along(grammar.automaton, b"axyxyyxxz;")
+    # after each "x" the same configuration, whatever rounds came before (after "y" a
+    # second "y" may follow, so those differ)
+    rounds = [configs[i] for i in (1, 3, 6, 7)]
+    assert len(set(rounds)) == 1 and DEAD not in configs
+    assert configs[2] == configs[4] == configs[5]
+    pattern = re.compile(r"a(?:x|yy?)*z;")
+    for text in ["az;", "axz;", "ayyz;", "axyyxyz;", "a;", "axy;", "ayyyz;x", "axxxxxxxxz", "bxz;", "axz;;"]:
+        assert grammar.accepts(text) is bool(pattern.fullmatch(text)), text
+
+
+def test_a_self_call_that_is_not_last_still_returns():
+    # ``(`` r ``)`` calls r with ``)`` still to come, and ``r`` inside an optional tail of
+    # another rule's body is not the end of r's own body: both keep their return points.
+    rules = {"start": Ref("r"), "r": alt(seq("(", Ref("r"), ")"), seq("<", Ref("s"), ">"), "x"),
+             "s": seq(Ref("r"), optional(seq(",", Ref("s"))))}
+    grammar = Grammar(rules)
+    for text, expected in [("x", True), ("(x)", True), ("((x))", True), ("<x,x>", True), ("<(x),<x,(x)>>", True),
+                           ("(x", False), ("x)", False), ("<x,>", False), ("<x,x", False), ("((x)", False)]:
+        assert grammar.accepts(text) is expected, text
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["x", "yy", "y"]), max_size=12), st.sampled_from(["z", "", "zz", "x"]))
+def test_tail_recursion_accepts_what_the_iteration_accepts(rounds, end):
+    # The same language written as a right recursion (jumps) and as a loop (no calls).
+    recursive = Grammar({"start": seq("a", Ref("r")), "r": alt(seq("x", Ref("r")), seq("y", optional("y"), Ref("r")), "z")})
+    looped = Grammar({"start": seq("a", star(alt("x", seq("y", optional("y")))), "z")})
+    text = "a" + "".join(rounds) + end
+    assert recursive.accepts(text) == looped.accepts(text)
 
 
 def test_nullable_loop_body_terminates():

@@ -281,6 +281,22 @@ def test_any_order_objects_reach_the_same_state_after_every_optional_member(requ
     assert automaton.is_accepting(automaton.step_bytes(after[0], b'"a":1,"a":2}'))
 
 
+@pytest.mark.parametrize("additional", [False, True])
+def test_any_order_objects_reach_the_same_state_after_every_member_while_a_required_one_is_missing(additional):
+    # The members written before a missing required one are a right recursion of the
+    # grammar: each round must not be a new level of calls, with new states and masks.
+    properties = {name: {"type": "integer"} for name in ("id", "a", "b")}
+    schema = {"type": "object", "properties": properties, "required": ["id"], "additionalProperties": additional}
+    automaton = grammar_from_schema(schema, property_order="any").automaton
+    prefixes = ['{"a":1,', '{"a":1,"b":2,', '{"a":1,"b":2,"a":3,']
+    if additional:
+        prefixes += ['{"a":1,"x":[1],', '{"a":1,"x":{"y":2},"b":3,']
+    after = [automaton.step_bytes(automaton.initial, text.encode()) for text in prefixes]
+    assert DEAD not in after and len(set(after)) == 1
+    assert not automaton.is_accepting(automaton.step_bytes(after[0], b'"b":1}'))
+    assert automaton.is_accepting(automaton.step_bytes(after[-1], b'"id":1}'))
+
+
 def test_flexible_whitespace_is_bounded():
     grammar = grammar_from_schema({"type": "object", "properties": {"a": {"type": "array"}}}, whitespace="flexible")
     assert grammar.accepts('{ "a" : [ 1 , 2 ] }')
