@@ -62,6 +62,73 @@ class Step:
     new_states: int | None
     #: With ``rewalk``: the step's mask walked again once its parse states existed.
     rewalk_seconds: float | None = None
+    #: Where in the JSON text the step's new mask is (``json_position``).
+    kind: str = ""
+
+
+#: The kinds of ``json_position``, in the order the report lists them.
+KINDS = (
+    "object key, first byte",
+    "object key, later bytes",
+    "string value, first byte",
+    "string value, later bytes",
+    "before an object key",
+    "after an object key",
+    "value start",
+    "inside a number or literal",
+    "after a value",
+)
+
+
+def json_position(text: str) -> str:
+    """Where a mask at the end of the JSON text ``text`` (a prefix of a valid document) is:
+    inside an object key or a string value (at its first byte or later), where a value
+    starts (after ``:``, ``[`` or an array's ``,``), inside a number or ``true``/``false``/
+    ``null``, before an object key's quote or after its closing one, or after a complete
+    value (a ``,`` or a closing bracket may come)."""
+    containers: list[str] = []
+    in_string = escaped = False
+    string_is_key = False
+    string_length = 0
+    # What the last structural character allows next: "key" (after { or an object's ,),
+    # "colon" (a key ended), "value" (after :, [ or an array's ,) or "after" (a value ended).
+    expecting = "value"
+    in_scalar = False
+    for char in text:
+        if in_string:
+            string_length += 1
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+                expecting = "colon" if string_is_key else "after"
+            continue
+        if char == '"':
+            in_string, string_is_key, string_length, in_scalar = True, expecting == "key", 0, False
+        elif char in "{[":
+            containers.append(char)
+            expecting, in_scalar = ("key" if char == "{" else "value"), False
+        elif char in "}]":
+            if containers:
+                containers.pop()
+            expecting, in_scalar = "after", False
+        elif char == ":":
+            expecting, in_scalar = "value", False
+        elif char == ",":
+            expecting = "key" if containers and containers[-1] == "{" else "value"
+            in_scalar = False
+        elif not char.isspace():
+            in_scalar = True
+            expecting = "after"
+    if in_string:
+        where = "object key" if string_is_key else "string value"
+        return f"{where}, {'first byte' if string_length == 0 else 'later bytes'}"
+    if in_scalar:
+        return "inside a number or literal"
+    return {"key": "before an object key", "colon": "after an object key", "value": "value start"}.get(
+        expecting, "after a value")
 
 
 @dataclass
@@ -165,7 +232,8 @@ def profile_steps(engine, tokenizer, jobs, *, phases=PHASES, rewalk: bool = Fals
                 again = _rewalk_seconds(session, spent) if rewalk and new else None
                 states[0] = session.parse_states()
                 steps.append(Step(job["id"], index, tokenizer.decode(path[max(0, index - 3) : index]),
-                                  tokenizer.decode(path[index : index + 1]), seconds, new, again))
+                                  tokenizer.decode(path[index : index + 1]), seconds, new, again,
+                                  json_position(tokenizer.decode(path[: index + 1]))))
 
             accepted, _ = walk(session, path, on_step=on_step)
             # A refused path's steps are not the benchmark's (it counts passing schemas only).
@@ -238,6 +306,17 @@ def report(profile: Profile, *, top: int = 20, out=print) -> None:
         inside = (micros >= low) & (micros < high)
         span = f"{low}-{high} us" if high != float("inf") else f">= {low} us"
         out(f"  {span:>13}: {int(inside.sum()):6d} steps, {micros[inside].sum() / total * 100:5.1f}% of the time")
+    kinds = [step.kind for step in profile.steps]
+    if any(kinds):
+        out("")
+        out("by where the new mask is (the JSON text so far):")
+        for kind in KINDS:
+            inside = np.array([k == kind for k in kinds])
+            if not inside.any():
+                continue
+            built = sum(step.new_states or 0 for step, k in zip(profile.steps, kinds) if k == kind)
+            out(f"  {kind:>28}: {int(inside.sum()):6d} steps, {micros[inside].sum() / total * 100:5.1f}% of the time, "
+                f"mean {micros[inside].mean():7.1f} us, {built} states built")
     if profile.phases:
         out("")
         out("inside the steps (inclusive; phases that call each other overlap):")

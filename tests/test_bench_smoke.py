@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -264,3 +265,53 @@ def test_step_profile_of_a_peer_reports_no_parse_states(smollm2):
     assert len(profile.steps) == len(jobs[0]["valid"][0])
     assert all(step.new_states is None for step in profile.steps)
     assert profile.phases == {}
+
+
+def test_json_position_names_where_a_mask_is_in_the_text_so_far():
+    from bench.step_profile import KINDS, json_position
+
+    cases = {
+        '{"': "object key, first byte",
+        '{"a":1,"': "object key, first byte",
+        '{"na': "object key, later bytes",
+        '{"a":"': "string value, first byte",
+        '{"a":"x\\"': "string value, later bytes",  # an escaped quote does not close it
+        '{"a":["x","': "string value, first byte",  # an array's strings are values, not keys
+        '{"a":{"b":[1,{"': "object key, first byte",
+        "{": "before an object key",
+        '{"a":1,': "before an object key",
+        '{"a"': "after an object key",
+        '{"a":': "value start",
+        '{"a":[1,': "value start",
+        "": "value start",
+        '{"a":12': "inside a number or literal",
+        '{"a":tr': "inside a number or literal",
+        '{"a":"b"': "after a value",
+        '{"a":[1]': "after a value",
+        '{"a":{}}': "after a value",
+    }
+    for text, kind in cases.items():
+        assert json_position(text) == kind, text
+    assert set(cases.values()) == set(KINDS)
+
+
+def test_step_profile_reports_time_by_where_the_mask_is(smollm2):
+    from bench.mask_bench import make_jobs
+    from bench.step_profile import KINDS, json_position, profile_steps, report
+
+    jobs = make_jobs(builtin_cases(SCHEMAS[:2]), smollm2)
+    profile = profile_steps(ENGINES["surecall"](smollm2), smollm2, jobs, phases=())
+    for job in jobs:
+        path = job["valid"][0]
+        steps = [step for step in profile.steps if step.schema == job["id"]]
+        assert [step.kind for step in steps] == [json_position(smollm2.decode(path[: i + 1])) for i in range(len(path))]
+    lines = []
+    report(profile, top=0, out=lines.append)
+    start = lines.index("by where the new mask is (the JSON text so far):") + 1
+    rows = lines[start : lines.index("", start)]
+    parsed = [re.fullmatch(r"\s*(.+?): +(\d+) steps, +([\d.]+)% of the time, .*", row).groups() for row in rows]
+    kinds = [kind for kind, _, _ in parsed]
+    assert kinds == [kind for kind in KINDS if any(step.kind == kind for step in profile.steps)]
+    for kind, count, _ in parsed:
+        assert int(count) == sum(step.kind == kind for step in profile.steps)
+    assert sum(float(share) for _, _, share in parsed) == pytest.approx(100, abs=0.1 * len(rows))
