@@ -88,15 +88,14 @@ def json_position(text: str) -> str:
     value (a ``,`` or a closing bracket may come)."""
     containers: list[str] = []
     in_string = escaped = False
-    string_is_key = False
-    string_length = 0
+    string_is_key = string_empty = False
     # What the last structural character allows next: "key" (after { or an object's ,),
     # "colon" (a key ended), "value" (after :, [ or an array's ,) or "after" (a value ended).
     expecting = "value"
     in_scalar = False
     for char in text:
         if in_string:
-            string_length += 1
+            string_empty = False
             if escaped:
                 escaped = False
             elif char == "\\":
@@ -106,7 +105,7 @@ def json_position(text: str) -> str:
                 expecting = "colon" if string_is_key else "after"
             continue
         if char == '"':
-            in_string, string_is_key, string_length, in_scalar = True, expecting == "key", 0, False
+            in_string, string_is_key, string_empty, in_scalar = True, expecting == "key", True, False
         elif char in "{[":
             containers.append(char)
             expecting, in_scalar = ("key" if char == "{" else "value"), False
@@ -124,7 +123,7 @@ def json_position(text: str) -> str:
             expecting = "after"
     if in_string:
         where = "object key" if string_is_key else "string value"
-        return f"{where}, {'first byte' if string_length == 0 else 'later bytes'}"
+        return f"{where}, {'first byte' if string_empty else 'later bytes'}"
     if in_scalar:
         return "inside a number or literal"
     return {"key": "before an object key", "colon": "after an object key", "value": "value start"}.get(

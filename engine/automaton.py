@@ -365,8 +365,8 @@ class _NfaBuilder:
         self.pending: list[tuple[int, str]] = []
         self.owner = -1
         self.rule = start
-        # (called rule, its end, its head) while the rule's body is emitted (see build).
-        self._tail_call: tuple[int, int, int] | None = None
+        # (end, head) of the called rule (``owner``) whose body is emitted (see build).
+        self._tail_call: tuple[int, int] | None = None
         self._tail_call_used = False
         # Intersections of the same operands (a schema's format or pattern met at many
         # places) share one product, and with it its liveness memo.
@@ -495,9 +495,10 @@ class _NfaBuilder:
             # this head instead: returning from it would only end the calling instance, so
             # no return point is kept, and every round of the recursion reaches the same
             # parse states instead of one more level of calls. The head comes before the
-            # body's positions, so no template of the body holds a jump to it.
+            # body's positions, so no template of the body holds a jump to it; unused, it
+            # is left unreachable.
             head = nfa.add(_EPS, 0, [], -1, index)
-            self._tail_call, self._tail_call_used = (index, end, head), False
+            self._tail_call, self._tail_call_used = (end, head), False
             entry = self.emit(self.rules[name], end)
             nfa.out[head].append(entry)
             nfa.rule_start[index] = head if self._tail_call_used else entry
@@ -645,9 +646,9 @@ class _NfaBuilder:
                 self.pending.append((index, name))
                 self.nfa.has_calls = True
             tail_call = self._tail_call
-            if tail_call is not None and tail_call[0] == index == self.owner and tail_call[1] == nxt:
+            if tail_call is not None and index == self.owner and tail_call[0] == nxt:
                 self._tail_call_used = True
-                return tail_call[2]
+                return tail_call[1]
             key = (name, nxt, self.owner)
             call = self._emitted.get(key)
             if call is None:
