@@ -488,10 +488,19 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
                      * them: one table read rules the shortcut out before any lookup (past
                      * ASCII, below whole characters, the byte is not asked of alone). */
                     const uint8_t first_below = node_byte[child_start[child]];
-                    const int32_t *after_row = (const int32_t *)stepper.table.buf + (Py_ssize_t)after * ROW_WIDTH;
+                    int32_t first_after = ((const int32_t *)stepper.table.buf)[(Py_ssize_t)after * ROW_WIDTH + first_below];
                     int whole = 0;
+                    if (below_bytes != NULL && first_after == UNKNOWN && first_below < 0x80) {
+                        /* The next level reads this entry anyway; asking the shortcut first
+                         * would compute the subtree's lowest byte, often no child's. */
+                        first_after = stepper_entry(&stepper, after, first_below);
+                        if (first_after == UNKNOWN) {
+                            goto done;
+                        }
+                        row = (const int32_t *)stepper.table.buf + (Py_ssize_t)config * ROW_WIDTH;
+                    }
                     if (below_bytes != NULL &&
-                        (after_row[first_below] == after || after_row[first_below] == UNKNOWN ||
+                        (first_after == after || first_after == UNKNOWN ||
                          (first_below >= 0x80 && whole_characters[child]))) {
                         whole = loops_on_all(&stepper, &loop_cache, after, below_bytes + (Py_ssize_t)child * 4,
                                              whole_characters[child]);
