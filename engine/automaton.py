@@ -354,10 +354,12 @@ class _Nfa:
 
 
 class _NfaBuilder:
-    def __init__(self, rules: dict[str, Node], start: str) -> None:
+    def __init__(self, rules: dict[str, Node], start: str, references: dict[str, list[str]] | None = None) -> None:
         self.rules = rules
         self.nfa = _Nfa()
-        self._references = {name: _references_list(node) for name, node in rules.items()}
+        self._references = references if references is not None else {
+            name: _references_list(node) for name, node in rules.items()
+        }
         self.recursive = recursive_rules(rules, self._references)
         self._plain_memo: dict[int, tuple[Node, bool | None]] = {}
         self.called = self._choose_called_rules()
@@ -1263,7 +1265,108 @@ def _references_list(node: Node) -> list[str]:
 
 
 def build_nfa(rules: dict[str, Node], start: str) -> _Nfa:
-    return _NfaBuilder(rules, start).build(start)
+    references = {name: _references_list(node) for name, node in rules.items()}
+    rules, references = merge_identical_rules(rules, start, references)
+    return _NfaBuilder(rules, start, references).build(start)
+
+
+def merge_identical_rules(
+    rules: dict[str, Node], start: str, references: dict[str, list[str]]
+) -> tuple[dict[str, Node], dict[str, list[str]]]:
+    """``rules`` with every rule whose body equals an earlier one's (their references read
+    as the rules they were merged into) dropped, and references to it read as that one.
+
+    Front ends write one rule per place a shape occurs: the branches of a schema's
+    ``oneOf`` over objects with the same properties each get their own members and
+    other-key rules. Compiled apart, every branch alive at a key position adds its own
+    copy of the same items to each parse state, several times the items (and the time to
+    build the state) one copy would take. Merged, a large rule is called from every
+    branch and its items are one set. Equal bodies under merged references match the same
+    text, so the language is unchanged; rules merge in rounds, as the rules they
+    reference do (a member merges once its value's rule has). ``start`` is kept.
+    ``references`` (each rule's references, as ``_references_list``) comes back for the
+    rules kept, naming the rules merged into.
+    """
+    bodies = dict(rules)
+    # The rule each body was first seen in; a body seen again merges its rule into that one.
+    first_with: dict[Node, str] = {}
+    merged: dict[str, str] = {}
+    users: dict[str, set[str]] = {}
+    position = {name: index for index, name in enumerate(rules)}
+
+    def merge(name: str, into: str) -> None:
+        # ``start`` stays: a twin of it merges into it instead.
+        if name == start:
+            name, into = into, name
+            first_with[bodies[into]] = into
+        merged[name] = into
+        users.setdefault(into, set()).update(users.get(name, ()))
+        for earlier, target in merged.items():
+            if target == name:
+                merged[earlier] = into
+        del bodies[name]
+
+    newly = []
+    for name in [start] + [name for name in rules if name != start]:
+        twin = first_with.setdefault(bodies[name], name)
+        if twin != name:
+            merge(name, twin)
+            newly.append(name)
+    if newly:
+        for name, used_names in references.items():
+            for used in used_names:
+                users.setdefault(used, set()).add(name)
+        for name in newly:
+            users.setdefault(merged[name], set()).update(users.get(name, ()))
+    while newly:
+        # Only the rules that refer to a rule just merged change; their bodies may now
+        # equal another rule's.
+        affected = sorted({user for name in newly for user in users.get(name, ()) if user in bodies},
+                          key=position.__getitem__)
+        renamed: dict[int, Node] = {}
+        newly = []
+        for name in affected:
+            if name not in bodies:
+                continue
+            old = bodies[name]
+            if first_with.get(old) == name:
+                del first_with[old]
+            body = bodies[name] = _with_references_renamed(old, merged, renamed)
+            twin = first_with.setdefault(body, name)
+            if twin != name:
+                merge(name, twin)
+                newly.append(name if name in merged else twin)
+    if not merged:
+        return rules, references
+    return bodies, {name: [merged.get(used, used) for used in references[name]] for name in bodies}
+
+
+def _with_references_renamed(node: Node, names: dict[str, str], done: dict[int, Node]) -> Node:
+    """``node`` with each ``Ref`` to a key of ``names`` pointing to its value; subtrees
+    without one are returned as they are (a shared subtree stays shared: ``done`` maps
+    the ids of rewritten nodes, which stay alive in the rules, to their rewrites)."""
+    found = done.get(id(node))
+    if found is not None:
+        return found
+    t = type(node)
+    result = node
+    if t is Ref:
+        if node.name in names:
+            result = Ref(names[node.name])
+    elif t is Seq or t is Alt or t is Intersect:
+        items = tuple(_with_references_renamed(item, names, done) for item in node.items)
+        if any(new is not old for new, old in zip(items, node.items)):
+            result = t(items)
+    elif t is Repeat:
+        item = _with_references_renamed(node.item, names, done)
+        if item is not node.item:
+            result = Repeat(item, node.min, node.max)
+    elif t is Complement:
+        item = _with_references_renamed(node.item, names, done)
+        if item is not node.item:
+            result = Complement(item)
+    done[id(node)] = result
+    return result
 
 
 def _too_many_items() -> GrammarError:

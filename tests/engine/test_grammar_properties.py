@@ -263,6 +263,27 @@ def test_random_grammars_agree_with_a_reference_recogniser(rule_bodies, texts):
 
 
 
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rule_bodies=st.lists(bodies, min_size=len(RULE_NAMES), max_size=len(RULE_NAMES)),
+    texts=st.lists(st.text(alphabet="ab", max_size=8), min_size=1, max_size=6),
+)
+def test_random_grammars_with_twin_rules_agree_with_a_reference_recogniser(rule_bodies, texts):
+    # Twins: ``t1`` is ``r1`` written again, ``t2`` is ``r2`` naming ``t1`` where ``r2`` names
+    # ``r1`` (equal once ``t1`` merges), and ``r0`` reaches both through its references.
+    rules = dict(zip(RULE_NAMES, rule_bodies))
+    rules["t1"] = automaton_module._with_references_renamed(rules["r1"], {}, {})
+    rules["t2"] = automaton_module._with_references_renamed(rules["r2"], {"r1": "t1"}, {})
+    rules["r0"] = automaton_module._with_references_renamed(rules["r0"], {"r1": "t1", "r2": "t2"}, {})
+    try:
+        grammar = Grammar(rules, "r0")
+    except GrammarError:
+        reject()
+    for text in texts:
+        data = text.encode()
+        assert grammar.accepts(data) == reference_accepts(rules, "r0", data), (rules, text)
+
+
 def _items_along(automaton, data: bytes) -> list:
     """The item sets of the configurations along ``data`` (ids can differ between builds)."""
     config, found = automaton.initial, [automaton._configs[automaton.initial]]
