@@ -740,6 +740,53 @@ done:
     return result;
 }
 
+static const char bit_ids_doc[] = (
+"bit_ids(words, size, out)\n"
+"\n"
+"``set_bits`` undone: writes the ids below ``size`` whose bits are set in ``words``\n"
+"(uint32, bit i of word i >> 5) to ``out`` (int32, room for every one) in increasing\n"
+"order and returns how many there are.");
+
+static PyObject *bit_ids(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer words = {0}, out = {0};
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y*nw*:bit_ids", &words, &size, &out)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const Py_ssize_t num_words = words.len / (Py_ssize_t)sizeof(uint32_t);
+    const Py_ssize_t room = out.len / (Py_ssize_t)sizeof(int32_t);
+    if (size < 0 || size > num_words * 32 || size > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "bit_ids: %zd ids do not fit %zd words", size, num_words);
+        goto done;
+    }
+    const uint32_t *bits = (const uint32_t *)words.buf;
+    int32_t *ids = (int32_t *)out.buf;
+    Py_ssize_t found = 0;
+    for (Py_ssize_t w = 0; w < num_words; w++) {
+        uint32_t word = bits[w];
+        while (word) {
+            const Py_ssize_t id = w * 32 + __builtin_ctz(word);
+            word &= word - 1;
+            if (id >= size) {
+                break;
+            }
+            if (found == room) {
+                PyErr_SetString(PyExc_ValueError, "bit_ids: more ids than room in out");
+                goto done;
+            }
+            ids[found++] = (int32_t)id;
+        }
+    }
+    result = PyLong_FromSsize_t(found);
+
+done:
+    PyBuffer_Release(&words);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static const char successor_stats_doc[] = (
 "successor_stats(row, groups)\n"
 "\n"
@@ -835,6 +882,7 @@ static PyMethodDef native_methods[] = {
     {"run_tails", run_tails, METH_VARARGS, run_tails_doc},
     {"live_exits", live_exits, METH_VARARGS, live_exits_doc},
     {"set_bits", set_bits, METH_VARARGS, set_bits_doc},
+    {"bit_ids", bit_ids, METH_VARARGS, bit_ids_doc},
     {"successor_stats", successor_stats, METH_VARARGS, successor_stats_doc},
     {"nfa_tables", nfa_tables, METH_VARARGS, nfa_tables_doc},
     {"close", close_items, METH_VARARGS, close_doc},

@@ -9,6 +9,7 @@ level of the trie through the grammar automaton with a handful of array operatio
 
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -368,6 +369,15 @@ def pack_ids(ids: np.ndarray, size: int) -> np.ndarray:
 
 def unpack_ids(words: np.ndarray, size: int) -> np.ndarray:
     """The sorted ids whose bits are set in ``words`` (``pack_ids`` undone)."""
+    if native.bit_ids is not None:
+        words = np.ascontiguousarray(words, dtype="<u4")
+        # Words may stop short of ``size`` (a token group's end at its last member).
+        room = min(size, len(words) * 32)
+        out = getattr(_UNPACKED, "ids", None)
+        if out is None or len(out) < room:
+            # Reused: a fresh array of every id's room would cost more than most unpackings.
+            out = _UNPACKED.ids = np.empty(room, dtype=np.int32)
+        return out[: native.bit_ids(words, room, out)].copy()
     nonzero = np.flatnonzero(words)
     if len(nonzero) * _SPARSE_WORDS < len(words):
         # Few words set (a mask of keys, a check's candidates): expand only those.
@@ -378,6 +388,8 @@ def unpack_ids(words: np.ndarray, size: int) -> np.ndarray:
     flags = np.unpackbits(words.view(np.uint8), bitorder="little")[:size]
     return np.flatnonzero(flags).astype(np.int32)
 
+
+_UNPACKED = threading.local()
 
 # Below one set word in this many, unpacking expands the set words alone.
 _SPARSE_WORDS = 8

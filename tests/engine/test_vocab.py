@@ -195,11 +195,16 @@ def test_packed_bitsets(packer, ids):
     with pytest.MonkeyPatch.context() as patch:
         if packer == "numpy":
             patch.setattr(native, "set_bits", None)
+            patch.setattr(native, "bit_ids", None)
         words = pack_ids(ids_array, 100)
-    assert len(words) == 4
-    for token_id in range(100):
-        assert bool(words[token_id >> 5] >> (token_id & 31) & 1) == (token_id in ids)
-    assert unpack_ids(words, 100).tolist() == sorted(ids)
+        assert len(words) == 4
+        for token_id in range(100):
+            assert bool(words[token_id >> 5] >> (token_id & 31) & 1) == (token_id in ids)
+        assert unpack_ids(words, 100).tolist() == sorted(ids)
+        # Bits past the vocabulary's size (a mask's last word) are no ids; words that stop
+        # short of it (a token group's, at its last member) hold the ids they cover.
+        assert unpack_ids(words, 50).tolist() == sorted(i for i in ids if i < 50)
+        assert unpack_ids(words[:2], 100).tolist() == sorted(i for i in ids if i < 64)
 
 
 @settings(max_examples=60, deadline=None)
@@ -219,6 +224,25 @@ def test_native_bit_setting_refuses_ids_outside_the_words():
     with pytest.raises(ValueError, match="outside"):
         native.set_bits(np.array([-1], dtype=np.int32), words)
     assert not words.any(), "a refused call sets no bit"
+
+
+@pytest.mark.skipif(native.bit_ids is None, reason="the native extension is not built")
+def test_native_bit_reading_refuses_what_does_not_fit():
+    words = np.array([0b1011, 1 << 31], dtype=np.uint32)
+    out = np.zeros(4, dtype=np.int32)
+    assert native.bit_ids(words, 64, out) == 4 and out.tolist() == [0, 1, 3, 63]
+    with pytest.raises(ValueError, match="do not fit"):
+        native.bit_ids(words, 65, out)
+    with pytest.raises(ValueError, match="room"):
+        native.bit_ids(words, 64, np.zeros(3, dtype=np.int32))
+
+
+def test_text_token_bytes_are_token_bytes_of_each():
+    vocab = TokenVocabulary([b"a", b"bc", b"", b"<eos>"], special_ids=[3], eos_token_ids=[3])
+    assert vocab.text_token_bytes([1, 0, 1]) == [b"bc", b"a", b"bc"] == [vocab.token_bytes(i) for i in (1, 0, 1)]
+    assert vocab.text_token_bytes([]) == []
+    with pytest.raises(IndexError):
+        vocab.text_token_bytes([0, vocab.size])
 
 
 @settings(max_examples=60, deadline=None)
