@@ -724,8 +724,7 @@ class Matcher(MatcherBase):
             candidate_ids = unpack_ids(candidates, vocab.size).tolist()
         refused_among = getattr(check, "refused_among", None)
         if refused_among is not None:
-            token_bytes = vocab.token_bytes
-            rejected = [candidate_ids[i] for i in refused_among(state, [token_bytes(t) for t in candidate_ids])]
+            rejected = [candidate_ids[i] for i in refused_among(state, vocab.text_token_bytes(candidate_ids))]
         else:
             rejected = [t for t in candidate_ids if check.feed(state, vocab.token_bytes(t)) is None]
         if not rejected:

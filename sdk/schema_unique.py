@@ -212,6 +212,35 @@ def _closing_quote(data: bytes) -> int:
     return -1
 
 
+def _split_at_closing_quote(data: bytes) -> tuple | bool | None:
+    """A token's bytes inside a string, split at the quote that closes it: (the bytes
+    before the quote, those after it, whether the bytes before are plain ASCII: no escape,
+    no control character); True when the token closes no string (it is inside one, an
+    escaped quote at most); None when it holds no quote at all."""
+    end = data.find(b'"')
+    if end < 0:
+        return None
+    if b"\\" in data[:end]:
+        end = _closing_quote(data)
+        if end < 0:
+            return True
+    written = data[:end]
+    return written, data[end + 1 :], len(written.translate(None, _NOT_PLAIN_ASCII)) == len(written)
+
+
+def _closed_string_is_new(raw: bytes, seen: frozenset) -> bool | None:
+    """Whether the string whose text is ``raw`` is none of ``seen`` (None when ``raw`` is
+    no JSON string text: the scan decides)."""
+    try:
+        if b"\\" in raw or min(raw, default=0x20) < 0x20:
+            value = _parse(b'"' + raw + b'"')  # escapes, as the scan reads them
+        else:
+            value = raw.decode("utf-8")
+    except ValueError:  # not a JSON string (UnicodeDecodeError is one)
+        return None
+    return ("string", value) not in seen
+
+
 def _plain_rests(content: bytes, seen: frozenset) -> frozenset | None:
     """The bytes that complete each seen string after ``content`` (the text of a string so
     far), when ``content`` is plain: no escape, no control character, whole UTF-8 (a seen
@@ -303,6 +332,10 @@ class UniqueItemsCheck:
         self._decided: dict[tuple, bool] = {}
         self._rebuild = rebuild
         self._discriminators = discriminators
+        # Each token's bytes split at the quote that closes a string it continues (see
+        # ``_split_at_closing_quote``): the same in every state, and the quick verdicts of a
+        # string in a unique array read every token holding a quote, at every step.
+        self._splits: dict[bytes, tuple] = {}
 
     def __reduce__(self):
         if self._rebuild is None:
@@ -339,20 +372,20 @@ class UniqueItemsCheck:
     def refused_among(self, state: ScanState, datas: list[bytes]) -> list[int]:
         """The indices of ``datas`` that ``feed`` refuses from ``state``: the same answers
         as feeding each, most of them found without scanning a copy of the text (see
-        ``_quick_verdict``)."""
-        quick = self._quick_verdict(state)
+        ``_quick_verdicts``)."""
+        verdicts = self._quick_verdicts(state, datas)
         refused = []
         for index, data in enumerate(datas):
-            verdict = quick(data) if quick is not None else None
+            verdict = verdicts[index] if verdicts is not None else None
             if verdict is None:
                 verdict = self.feed(state, data) is not None
             if not verdict:
                 refused.append(index)
         return refused
 
-    def _quick_verdict(self, state: ScanState):
-        """A function of a token telling whether ``feed`` passes it (None when only
-        ``feed`` can tell), or None when there is none for ``state``.
+    def _quick_verdicts(self, state: ScanState, datas: list[bytes]) -> list[bool | None] | None:
+        """Per token of ``datas``, whether ``feed`` passes it (None where only ``feed`` can
+        tell), or None when there is no quick verdict for ``state``.
 
         Inside a string in a unique array, a token that closes it and goes on with
         punctuation that completes nothing (``",`` ``"]`` ...), possibly opening a string it
@@ -388,37 +421,28 @@ class UniqueItemsCheck:
         # (no escape, no control character, whole UTF-8): a plain ASCII token completes a
         # repeat exactly when what it holds before its quote is one of them.
         repeats = _plain_rests(content, seen) if seen else None
-
-        def verdict(data: bytes) -> bool | None:
-            end = data.find(b'"')
-            if end < 0:
-                return None
-            if b"\\" in data[:end]:
-                end = _closing_quote(data)
-                if end < 0:
-                    return True  # the string goes on: nothing completes inside it
-            rest = data[end + 1 :]
+        splits = self._splits
+        verdicts: list[bool | None] = []
+        for data in datas:
+            split = splits.get(data)
+            if split is None:
+                split = splits[data] = _split_at_closing_quote(data)
+            if split is True or split is None:
+                verdicts.append(split)  # the string goes on, or no quote at all
+                continue
+            written, rest, plain = split
             quiet = quiet_after.get(rest)
             if quiet is None:
                 quiet = quiet_after[rest] = closes_quietly(rest)
             if not quiet:
-                return None
-            if seen is None:
-                return True
-            written = data[:end]
-            if repeats is not None and len(written.translate(None, _NOT_PLAIN_ASCII)) == len(written):
-                return written not in repeats
-            raw = content + written
-            try:
-                if b"\\" in raw or min(raw, default=0x20) < 0x20:
-                    value = _parse(b'"' + raw + b'"')  # escapes, as the scan reads them
-                else:
-                    value = raw.decode("utf-8")
-            except ValueError:  # not a JSON string (UnicodeDecodeError is one): the scan decides
-                return None
-            return ("string", value) not in seen
-
-        return verdict
+                verdicts.append(None)
+            elif seen is None:
+                verdicts.append(True)
+            elif repeats is not None and plain:
+                verdicts.append(written not in repeats)
+            else:
+                verdicts.append(_closed_string_is_new(content + written, seen))
+        return verdicts
 
     def accepts(self, text: bytes) -> bool:
         return self.feed(self.initial(), text) is not None

@@ -351,12 +351,19 @@ def test_a_token_without_trigger_bytes_is_never_refused(items, piece):
 def test_refused_among_decides_closing_tokens_by_the_closed_string():
     check = grammar_from_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True}).text_check
     state = check.feed(check.initial(), '["caf\u00e9","ca'.encode())
-    verdict = check._quick_verdict(state)
-    assert verdict(b'f\xc3\xa9",') is False and verdict(b'b"]') is True and verdict(b'"1') is None
-    # A string opened after the closed one and left open completes nothing more.
-    assert verdict(b'f\xc3\xa9","') is False and verdict(b'b","x') is True and verdict(b'b","x"') is None
-    # An escaped quote does not close the string; one after escapes does, read as the scan reads it.
-    assert verdict(b'\\",') is True
-    escaped = check._quick_verdict(check.feed(check.initial(), b'["a\\"b","a'))
-    assert escaped(b'\\"b"]') is False and escaped(b'\\"c"]') is True
+    tokens = [b'f\xc3\xa9",', b'b"]', b'"1', b'f\xc3\xa9","', b'b","x', b'b","x"', b'\\",', b'abc']
+    # Twice: the second time each token's split at its quote is the one kept from the first.
+    for _ in range(2):
+        assert check._quick_verdicts(state, tokens) == [
+            False, True, None,
+            # A string opened after the closed one and left open completes nothing more.
+            False, True, None,
+            # An escaped quote does not close the string (nor does a token without a quote).
+            True, None,
+        ]
+    # One after escapes does close it, read as the scan reads it.
+    escaped = check.feed(check.initial(), b'["a\\"b","a')
+    assert check._quick_verdicts(escaped, [b'\\"b"]', b'\\"c"]']) == [False, True]
+    # Outside a string there is no quick verdict.
+    assert check._quick_verdicts(check.feed(check.initial(), b'["a",'), [b'"a"]']) is None
     assert check.refused_among(state, [b'f\xc3\xa9",', b'b"]', b'f\xc3\xa9"]', b'\\"']) == [0, 2]
