@@ -1323,7 +1323,7 @@ def merge_identical_rules(
         # equal another rule's.
         affected = sorted({user for name in newly for user in users.get(name, ()) if user in bodies},
                           key=position.__getitem__)
-        renamed: dict[int, Node] = {}
+        renamed: dict[int, tuple[Node, Node]] = {}
         newly = []
         for name in affected:
             if name not in bodies:
@@ -1341,13 +1341,14 @@ def merge_identical_rules(
     return bodies, {name: [merged.get(used, used) for used in references[name]] for name in bodies}
 
 
-def _with_references_renamed(node: Node, names: dict[str, str], done: dict[int, Node]) -> Node:
+def _with_references_renamed(node: Node, names: dict[str, str], done: dict[int, tuple[Node, Node]]) -> Node:
     """``node`` with each ``Ref`` to a key of ``names`` pointing to its value; subtrees
     without one are returned as they are (a shared subtree stays shared: ``done`` maps
-    the ids of rewritten nodes, which stay alive in the rules, to their rewrites)."""
+    the id of each node met to the node, kept so that its id stays its own while the
+    rules it came from are rewritten, and its rewrite)."""
     found = done.get(id(node))
     if found is not None:
-        return found
+        return found[1]
     t = type(node)
     result = node
     if t is Ref:
@@ -1365,7 +1366,7 @@ def _with_references_renamed(node: Node, names: dict[str, str], done: dict[int, 
         item = _with_references_renamed(node.item, names, done)
         if item is not node.item:
             result = Complement(item)
-    done[id(node)] = result
+    done[id(node)] = (node, result)
     return result
 
 
