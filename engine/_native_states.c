@@ -2178,7 +2178,25 @@ static PyObject *fill_part(NfaTables *t, RowWork *work, Py_ssize_t part) {
     }
     const long successor = PyLong_AsLong(found);
     if (successor >= -1) {
-        for (int b = 0; b < 256; b++) {
+        /* The part's bytes from its target (one byte or a range, most parts) rather than
+         * a pass over the whole row; other targets (scattered bytes) take the pass. */
+        int low = 0, high = 255;
+        PyObject *partition = PyTuple_GET_ITEM(work->scan, 2);
+        PyObject *targets = PyTuple_GET_ITEM(partition, 3);
+        PyObject *target = PyList_Check(targets) && part < PyList_GET_SIZE(targets) ? PyList_GET_ITEM(targets, part) : NULL;
+        if (target != NULL && PyLong_CheckExact(target)) {
+            low = high = (int)PyLong_AsLong(target);
+        } else if (target != NULL && PySlice_Check(target)) {
+            PyObject *start = ((PySliceObject *)target)->start, *stop = ((PySliceObject *)target)->stop;
+            if (PyLong_CheckExact(start) && PyLong_CheckExact(stop)) {
+                low = (int)PyLong_AsLong(start);
+                high = (int)PyLong_AsLong(stop) - 1;
+            }
+        }
+        if (low < 0 || high > 255 || low > high) {
+            low = 0, high = 255;
+        }
+        for (int b = low; b <= high; b++) {
             if (work->part_of_byte[b] == part) {
                 work->row[b] = (int32_t)successor;
             }
