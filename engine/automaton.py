@@ -2411,7 +2411,7 @@ class ByteAutomaton:
         for config in configs:
             bound = bounds.get(config)
             if bound is None:
-                item = self._bound_item(config, tables)
+                item = self._bound_item(config, tables, which=False)
                 bound = bounds[config] = float("inf") if item is None else item[0]
             found.append(bound)
         return found
@@ -2422,8 +2422,11 @@ class ByteAutomaton:
             tables = self._realizable[spellable] = _RealizableDistances(self._nfa, spellable)
         return tables
 
-    def _bound_item(self, config: int, tables: "_RealizableDistances") -> tuple | None:
-        """(bound, item, iterations it owes) of the item of ``config`` the bound follows, or None."""
+    def _bound_item(self, config: int, tables: "_RealizableDistances", *, which: bool = True) -> tuple | None:
+        """(bound, item, iterations it owes) of the item of ``config`` the bound follows, or None.
+        Without ``which`` only the bound is sure: of items with equal costs, the item is any
+        (the order that picks the same one in every process is the costly part, and a bound
+        alone does not depend on it)."""
         if config < 0:
             return None
         dist, body_of = tables.dist, tables.body_of
@@ -2465,7 +2468,9 @@ class ByteAutomaton:
                     )
                 cost += continuations.get((owner[p], None), float("inf"))
             # Equal costs: the first item in ``_order_key`` order, the same in every process.
-            if cost < best_cost or (best is not None and cost == best_cost and _order_key(item) < _order_key(best[1])):
+            if cost < best_cost or (
+                which and best is not None and cost == best_cost and _order_key(item) < _order_key(best[1])
+            ):
                 best_cost = cost
                 best = (cost, item, owed)
         return best
