@@ -212,6 +212,9 @@ def _closing_quote(data: bytes) -> int:
     return -1
 
 
+_NOT_SPLIT_YET = object()
+
+
 def _split_at_closing_quote(data: bytes) -> tuple | bool | None:
     """A token's bytes inside a string, split at the quote that closes it: (the bytes
     before the quote, those after it, whether the bytes before are plain ASCII: no escape,
@@ -424,8 +427,8 @@ class UniqueItemsCheck:
         splits = self._splits
         verdicts: list[bool | None] = []
         for data in datas:
-            split = splits.get(data)
-            if split is None:
+            split = splits.get(data, _NOT_SPLIT_YET)
+            if split is _NOT_SPLIT_YET:
                 split = splits[data] = _split_at_closing_quote(data)
             if split is True or split is None:
                 verdicts.append(split)  # the string goes on, or no quote at all
