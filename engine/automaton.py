@@ -1291,7 +1291,11 @@ def merge_identical_rules(
     # The rule each body was first seen in; a body seen again merges its rule into that one.
     first_with: dict[Node, str] = {}
     merged: dict[str, str] = {}
+    # The rules naming each rule (a merged one's users are its twin's too).
     users: dict[str, set[str]] = {}
+    for name, used_names in references.items():
+        for used in used_names:
+            users.setdefault(used, set()).add(name)
     position = {name: index for index, name in enumerate(rules)}
 
     def merge(name: str, into: str) -> None:
@@ -1312,12 +1316,6 @@ def merge_identical_rules(
         if twin != name:
             merge(name, twin)
             newly.append(name)
-    if newly:
-        for name, used_names in references.items():
-            for used in used_names:
-                users.setdefault(used, set()).add(name)
-        for name in newly:
-            users.setdefault(merged[name], set()).update(users.get(name, ()))
     while newly:
         # Only the rules that refer to a rule just merged change; their bodies may now
         # equal another rule's.

@@ -338,7 +338,7 @@ class UniqueItemsCheck:
         # Each token's bytes split at the quote that closes a string it continues (see
         # ``_split_at_closing_quote``): the same in every state, and the quick verdicts of a
         # string in a unique array read every token holding a quote, at every step.
-        self._splits: dict[bytes, tuple] = {}
+        self._splits: dict[bytes, tuple | bool | None] = {}
 
     def __reduce__(self):
         if self._rebuild is None:
