@@ -898,6 +898,8 @@ static PyMethodDef native_methods[] = {
     {"count_shifted", count_shifted, METH_VARARGS, count_shifted_doc},
     {"successors", successors, METH_VARARGS, successors_doc},
     {"partition", partition, METH_O, partition_doc},
+    {"bound_tables", bound_tables, METH_VARARGS, bound_tables_doc},
+    {"completion_bounds", completion_bounds, METH_VARARGS, completion_bounds_doc},
     {NULL, NULL, 0, NULL},
 };
 

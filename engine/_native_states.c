@@ -2699,3 +2699,323 @@ done:
     Py_XDECREF(targets);
     return result;
 }
+
+/* ------------------------------------------------------------------ completion bounds */
+
+/* ``ByteAutomaton.completion_bounds`` reads, per configuration, each item's static
+ * distance to its rule's end, what a counted repetition still owes and the caller's
+ * continuation: a few dictionary and list reads per item, once per new state a token
+ * budget meets (hundreds per new mask). Here they are C arrays. */
+
+#define BOUND_CAPSULE_NAME "surecall.engine._native.BoundTables"
+
+typedef struct {
+    Py_ssize_t size;            /* NFA positions */
+    double *dist;               /* realizable bytes from each position to its rule's end */
+    int32_t *counter_of;        /* the counted repetition whose body holds each position, -1: none */
+    int32_t *owner;             /* each position's rule */
+    Py_ssize_t num_counters;
+    long *counter_low;          /* iterations each counted repetition needs */
+    double *iteration_length;   /* bytes of one iteration along its shortest body path, inf: unknown */
+    Py_ssize_t num_rules;
+    PyObject **rule_keys;       /* (rule, None) at rule + 1: the continuation tables' keys, made on first use */
+} BoundTables;
+
+static void bound_tables_free(BoundTables *b) {
+    if (b == NULL) {
+        return;
+    }
+    free(b->dist);
+    free(b->counter_of);
+    free(b->owner);
+    free(b->counter_low);
+    free(b->iteration_length);
+    if (b->rule_keys != NULL) {
+        for (Py_ssize_t r = 0; r < b->num_rules; r++) {
+            Py_XDECREF(b->rule_keys[r]);
+        }
+        free(b->rule_keys);
+    }
+    free(b);
+}
+
+static void bound_capsule_destructor(PyObject *capsule) {
+    bound_tables_free((BoundTables *)PyCapsule_GetPointer(capsule, BOUND_CAPSULE_NAME));
+}
+
+/* A list of numbers as doubles (ints or floats, inf included); -1 on failure. */
+static int doubles_of(PyObject *list, Py_ssize_t count, double *out) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const double value = PyFloat_AsDouble(PyList_GET_ITEM(list, i));
+        if (value == -1.0 && PyErr_Occurred()) {
+            return -1;
+        }
+        out[i] = value;
+    }
+    return 0;
+}
+
+const char bound_tables_doc[] = (
+"bound_tables(dist, body_of, counter_lows, iterations, owner)\n"
+"\n"
+"The tables ``completion_bounds`` reads, from ``_RealizableDistances``: ``dist`` (per\n"
+"position, ints or inf), ``body_of`` ({body position: counted repetition}), each\n"
+"repetition's required iterations and one iteration's bytes (or None), and each\n"
+"position's rule.");
+
+PyObject *bound_tables(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dist, *body_of, *lows, *iterations, *owner;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:bound_tables", &PyList_Type, &dist, &PyDict_Type, &body_of, &PyList_Type,
+                          &lows, &PyList_Type, &iterations, &PyList_Type, &owner)) {
+        return NULL;
+    }
+    const Py_ssize_t size = PyList_GET_SIZE(dist), counters = PyList_GET_SIZE(lows);
+    if (PyList_GET_SIZE(owner) != size || PyList_GET_SIZE(iterations) != counters) {
+        PyErr_SetString(PyExc_ValueError, "bound_tables: the lists disagree in length");
+        return NULL;
+    }
+    BoundTables *b = (BoundTables *)calloc(1, sizeof(BoundTables));
+    if (b == NULL) {
+        return PyErr_NoMemory();
+    }
+    b->size = size;
+    b->num_counters = counters;
+    b->dist = (double *)malloc(sizeof(double) * (size_t)(size ? size : 1));
+    b->counter_of = (int32_t *)malloc(sizeof(int32_t) * (size_t)(size ? size : 1));
+    b->owner = (int32_t *)malloc(sizeof(int32_t) * (size_t)(size ? size : 1));
+    b->counter_low = (long *)malloc(sizeof(long) * (size_t)(counters ? counters : 1));
+    b->iteration_length = (double *)malloc(sizeof(double) * (size_t)(counters ? counters : 1));
+    if (b->dist == NULL || b->counter_of == NULL || b->owner == NULL || b->counter_low == NULL ||
+        b->iteration_length == NULL) {
+        bound_tables_free(b);
+        return PyErr_NoMemory();
+    }
+    if (doubles_of(dist, size, b->dist) < 0) {
+        goto fail;
+    }
+    long rules = 0;
+    for (Py_ssize_t p = 0; p < size; p++) {
+        const long rule = PyLong_AsLong(PyList_GET_ITEM(owner, p));
+        if (rule == -1 && PyErr_Occurred()) {
+            goto fail;
+        }
+        /* -1: the top level, whose positions no continuation table names (kept all the same). */
+        if (rule < -1 || rule > INT32_MAX - 2) {
+            PyErr_SetString(PyExc_ValueError, "bound_tables: a rule index out of range");
+            goto fail;
+        }
+        b->owner[p] = (int32_t)rule;
+        b->counter_of[p] = -1;
+        rules = rule + 2 > rules ? rule + 2 : rules;
+    }
+    PyObject *key, *value;
+    Py_ssize_t cursor = 0;
+    while (PyDict_Next(body_of, &cursor, &key, &value)) {
+        long position, counter;
+        if (as_index(key, (long)size, &position) < 0 || as_index(value, (long)counters, &counter) < 0) {
+            goto fail;
+        }
+        b->counter_of[position] = (int32_t)counter;
+    }
+    for (Py_ssize_t c = 0; c < counters; c++) {
+        const long low = PyLong_AsLong(PyList_GET_ITEM(lows, c));
+        if (low == -1 && PyErr_Occurred()) {
+            goto fail;
+        }
+        b->counter_low[c] = low;
+        PyObject *iteration = PyList_GET_ITEM(iterations, c);
+        if (iteration == Py_None) {
+            b->iteration_length[c] = Py_HUGE_VAL;
+        } else {
+            const Py_ssize_t length = PyObject_Length(iteration);
+            if (length < 0) {
+                goto fail;
+            }
+            b->iteration_length[c] = (double)length;
+        }
+    }
+    b->num_rules = rules;
+    b->rule_keys = (PyObject **)calloc((size_t)(rules ? rules : 1), sizeof(PyObject *));
+    if (b->rule_keys == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    PyObject *capsule = PyCapsule_New(b, BOUND_CAPSULE_NAME, bound_capsule_destructor);
+    if (capsule == NULL) {
+        goto fail;
+    }
+    return capsule;
+
+fail:
+    bound_tables_free(b);
+    return NULL;
+}
+
+/* (rule, None), borrowed. */
+static PyObject *continuation_key(BoundTables *b, int32_t rule) {
+    if (b->rule_keys[rule + 1] == NULL) {
+        b->rule_keys[rule + 1] = rule_key(rule, Py_None);
+    }
+    return b->rule_keys[rule + 1];
+}
+
+/* The bound of one configuration into ``*bound`` (inf: none known): 0, 1 where an
+ * intersection needs Python's search, -1 on error. ``memo`` holds the continuation tables
+ * already made, ``table_of(caller)`` makes one. */
+static int config_bound(NfaTables *t, BoundTables *b, long config, PyObject *memo, PyObject *table_of, double *bound) {
+    PyObject *iterator = PyObject_GetIter(PyList_GET_ITEM(t->configs, config));
+    if (iterator == NULL) {
+        return -1;
+    }
+    double best = Py_HUGE_VAL;
+    long table_caller = -1;
+    PyObject *table = NULL, *item; /* table: a new reference */
+    int status = 0;
+    while (status == 0 && (item = PyIter_Next(iterator)) != NULL) {
+        int32_t p;
+        PyObject *origin, *watch, *state;
+        if (unpack_item(t, item, &p, &origin, &watch, &state) < 0 || p >= b->size) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "completion_bounds: the tables are of another automaton");
+            }
+            status = -1;
+        } else if (watch == Py_None) {
+            if (t->kind[p] == K_ISECT) {
+                status = 1;
+            } else {
+                double cost = b->dist[p];
+                int skip = 0;
+                if (state != Py_None) {
+                    const int32_t counter = PyLong_CheckExact(state) ? b->counter_of[p] : -1;
+                    if (counter < 0) {
+                        skip = 1;
+                    } else {
+                        const long done = PyLong_AsLong(state);
+                        if (done == -1 && PyErr_Occurred()) {
+                            status = -1;
+                        }
+                        /* ``done`` iterations are done and this one is under way. */
+                        const long owed = b->counter_low[counter] - done - 1;
+                        if (owed > 0) {
+                            cost += (double)owed * b->iteration_length[counter];
+                        }
+                    }
+                }
+                if (status == 0 && !skip && cost <= best && origin != Py_None) {
+                    PyObject *call_watch;
+                    long origin_config;
+                    const int own = is_self_origin(origin, &call_watch, &origin_config);
+                    if (own < 0) {
+                        status = -1;
+                    } else if (call_watch != Py_None) {
+                        skip = 1;
+                    } else {
+                        const long caller = own ? config : origin_config;
+                        if (table == NULL || caller != table_caller) {
+                            Py_CLEAR(table);
+                            PyObject *number = PyLong_FromLong(caller);
+                            table = number == NULL ? NULL : PyDict_GetItemWithError(memo, number);
+                            if (table != NULL) {
+                                Py_INCREF(table);
+                            } else if (number != NULL && !PyErr_Occurred()) {
+                                table = PyObject_CallOneArg(table_of, number);
+                            }
+                            Py_XDECREF(number);
+                            table_caller = caller;
+                        }
+                        PyObject *key = table == NULL ? NULL : continuation_key(b, b->owner[p]);
+                        if (key == NULL || !PyDict_Check(table)) {
+                            if (!PyErr_Occurred()) {
+                                PyErr_SetString(PyExc_TypeError, "completion_bounds: a continuation table is not a dict");
+                            }
+                            status = -1;
+                        } else {
+                            PyObject *rest = PyDict_GetItemWithError(table, key);
+                            if (rest == NULL) {
+                                if (PyErr_Occurred()) {
+                                    status = -1;
+                                }
+                                cost = Py_HUGE_VAL;
+                            } else {
+                                const double value = PyFloat_AsDouble(rest);
+                                if (value == -1.0 && PyErr_Occurred()) {
+                                    status = -1;
+                                }
+                                cost += value;
+                            }
+                        }
+                    }
+                }
+                if (status == 0 && !skip && cost < best) {
+                    best = cost;
+                }
+            }
+        }
+        Py_DECREF(item);
+    }
+    Py_XDECREF(table);
+    Py_DECREF(iterator);
+    if (status == 0 && PyErr_Occurred()) {
+        status = -1;
+    }
+    *bound = best;
+    return status;
+}
+
+const char completion_bounds_doc[] = (
+"completion_bounds(tables, bound_tables, configs, bounds, memo, table_of, fallback)\n"
+"\n"
+"As ``ByteAutomaton.completion_bounds`` over the configurations the tables are bound to:\n"
+"each of ``configs``' bound, read from ``bounds`` or computed and stored there (an int,\n"
+"or inf where none is known). ``memo`` holds the realizable continuation tables by\n"
+"configuration, ``table_of(config)`` makes a missing one; ``fallback(config)`` gives the\n"
+"bound of a configuration holding an intersection (its shortest strings are searched in\n"
+"Python).");
+
+PyObject *completion_bounds(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *bound_capsule, *configs, *bounds, *memo, *table_of, *fallback;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!OO:completion_bounds", &capsule, &bound_capsule, &PyList_Type, &configs,
+                          &PyDict_Type, &bounds, &PyDict_Type, &memo, &table_of, &fallback)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    BoundTables *b = (BoundTables *)PyCapsule_GetPointer(bound_capsule, BOUND_CAPSULE_NAME);
+    if (t == NULL || b == NULL || check_bound(t, "completion_bounds") < 0) {
+        return NULL;
+    }
+    const Py_ssize_t count = PyList_GET_SIZE(configs);
+    PyObject *found = PyList_New(count);
+    if (found == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *number = PyList_GET_ITEM(configs, i);
+        PyObject *known = PyDict_GetItemWithError(bounds, number);
+        if (known != NULL) {
+            PyList_SET_ITEM(found, i, Py_NewRef(known));
+            continue;
+        }
+        long config;
+        if (PyErr_Occurred() || as_index(number, (long)PyList_GET_SIZE(t->configs), &config) < 0) {
+            Py_DECREF(found);
+            return NULL;
+        }
+        double bound;
+        const int status = config_bound(t, b, config, memo, table_of, &bound);
+        PyObject *value = NULL;
+        if (status == 0) {
+            value = bound < Py_HUGE_VAL ? PyLong_FromDouble(bound) : PyFloat_FromDouble(Py_HUGE_VAL);
+        } else if (status == 1) {
+            value = PyObject_CallOneArg(fallback, number);
+        }
+        if (value == NULL || PyDict_SetItem(bounds, number, value) < 0) {
+            Py_XDECREF(value);
+            Py_DECREF(found);
+            return NULL;
+        }
+        PyList_SET_ITEM(found, i, value);
+    }
+    return found;
+}

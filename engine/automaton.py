@@ -51,6 +51,7 @@ its bytes is first asked for; a whole row (``row``, ``next_bytes``) computes eve
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import threading
 from collections import defaultdict
@@ -1177,6 +1178,15 @@ class _RealizableDistances:
         self.continuation_from: dict = {}
         self.bounds: dict[int, float] = {}
         self.rule_paths: dict[int, bytes | None] = {}
+        self._native_tables = None
+
+    def native_tables(self, nfa: _Nfa):
+        """These distances as ``native.states.bound_tables`` (made on first use)."""
+        if self._native_tables is None:
+            self._native_tables = native.states.bound_tables(
+                self.dist, self.body_of, [low for low, _high in nfa.counters], self.iterations, nfa.owner
+            )
+        return self._native_tables
 
 
 def _distances_to_ends(nfa: _Nfa, graph: _ReverseGraph, via: list[int] | None = None) -> list[float]:
@@ -2405,14 +2415,30 @@ class ByteAutomaton:
         """``completion_bound`` of each of ``configs`` (a new mask asks for hundreds at once)."""
         tables = self._realizable_tables(spellable)
         bounds = tables.bounds
+        if self._native is not None:
+            return native.states.completion_bounds(
+                self._native, tables.native_tables(self._nfa), list(configs), bounds, tables.continuation,
+                functools.partial(self._realizable_continuations, tables), functools.partial(self._item_bound, tables),
+            )
         found = []
         for config in configs:
             bound = bounds.get(config)
             if bound is None:
-                item = self._bound_item(config, tables, which=False)
-                bound = bounds[config] = float("inf") if item is None else item[0]
+                bound = bounds[config] = self._item_bound(tables, config)
             found.append(bound)
         return found
+
+    def _realizable_continuations(self, tables: "_RealizableDistances", caller: int) -> dict:
+        """The realizable continuation table of ``caller`` (``_continuation_table``), as a
+        bound reads it."""
+        return self._continuation_table(
+            caller, tables.continuation, tables.dist, realizable=True, parents=tables.continuation_from
+        )
+
+    def _item_bound(self, tables: "_RealizableDistances", config: int) -> float:
+        """``config``'s bound by ``_bound_item`` (the native bounds leave intersections to it)."""
+        item = self._bound_item(config, tables, which=False)
+        return float("inf") if item is None else item[0]
 
     def _realizable_tables(self, spellable: int) -> "_RealizableDistances":
         tables = self._realizable.get(spellable)
@@ -2461,9 +2487,7 @@ class ByteAutomaton:
                 caller = config if o[0] == SELF else o[0]
                 if caller != origin_config:
                     origin_config = caller
-                    continuations = self._continuation_table(
-                        caller, tables.continuation, dist, realizable=True, parents=tables.continuation_from
-                    )
+                    continuations = self._realizable_continuations(tables, caller)
                 cost += continuations.get((owner[p], None), float("inf"))
             # Equal costs: the first item in ``_order_key`` order, the same in every process.
             if cost < best_cost or (

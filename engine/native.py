@@ -10,7 +10,8 @@ which fill a row entry, a whole row or the row's parts below a byte, and which t
 call directly; ``successors``, a row's successors by some bytes, filling the parts they
 fall in; ``count_shifted``, a configuration with its repetition counts moved on;
 ``utf8_agrees``;
-``partition``, which splits the bytes by the byte sets a row scans). The
+``partition``, which splits the bytes by the byte sets a row scans; ``bound_tables`` and
+``completion_bounds``, a token budget's completion bounds of many configurations). The
 extension is built when the package is installed with a C compiler at hand; without one
 the matcher walks the trie with numpy and the automaton builds its states in Python, with
 the same results, more slowly.

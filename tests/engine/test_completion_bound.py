@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from surecall import grammar_from_schema
 from surecall.engine import Grammar
 from surecall.engine import automaton as automaton_module
+from surecall.engine import native
 from surecall.engine.errors import GrammarError, TokenBudgetError
 from surecall.engine.matcher import DEAD, Matcher
 from surecall.engine.vocab import TokenVocabulary
@@ -146,6 +147,25 @@ def test_bound_of_a_schema_is_a_completion(name, choices):
     config = _random_config(automaton, choices)
     _check_bound_completion(automaton, config)
     _check_bound_leads_to_acceptance(automaton, config)
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(walks=st.lists(st.lists(st.integers(0, 255), max_size=60), min_size=1, max_size=4))
+def test_native_bounds_are_the_python_ones(name, walks):
+    # Native bounds read the same distances, owed iterations and callers' continuations
+    # as the item loop in Python; a configuration holding an intersection is handed back
+    # to it. Also over bytes that leave some ways out (no digits: integers have none).
+    automaton = grammar_from_schema(SCHEMAS[name], property_order="any").automaton
+    configs = [_random_config(automaton, choices) for choices in walks]
+    no_digits = automaton_module.ALL_BYTES_MASK & ~sum(1 << value for value in b"0123456789")
+    for spellable in (automaton_module.ALL_BYTES_MASK, no_digits):
+        native_bounds = automaton.completion_bounds(configs + configs[:1], spellable)
+        python_tables = automaton_module._RealizableDistances(automaton._nfa, spellable)
+        python_bounds = [automaton._item_bound(python_tables, config) for config in configs + configs[:1]]
+        assert native_bounds == python_bounds
+        assert [type(bound) for bound in native_bounds] == [type(bound) for bound in python_bounds]
 
 
 def test_bound_counts_the_iterations_a_counted_repetition_owes():
