@@ -2997,13 +2997,17 @@ PyObject *completion_bounds(PyObject *self, PyObject *args) {
             PyList_SET_ITEM(found, i, Py_NewRef(known));
             continue;
         }
-        long config;
-        if (PyErr_Occurred() || as_index(number, (long)PyList_GET_SIZE(t->configs), &config) < 0) {
+        const long config = PyErr_Occurred() ? -1 : PyLong_AsLong(number);
+        if (PyErr_Occurred() || config >= PyList_GET_SIZE(t->configs)) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_IndexError, "completion_bounds: no such configuration");
+            }
             Py_DECREF(found);
             return NULL;
         }
-        double bound;
-        const int status = config_bound(t, b, config, memo, table_of, &bound);
+        /* DEAD (any negative number) has no completion. */
+        double bound = Py_HUGE_VAL;
+        const int status = config < 0 ? 0 : config_bound(t, b, config, memo, table_of, &bound);
         PyObject *value = NULL;
         if (status == 0) {
             value = bound < Py_HUGE_VAL ? PyLong_FromDouble(bound) : PyFloat_FromDouble(Py_HUGE_VAL);
