@@ -169,6 +169,23 @@ def test_native_bounds_are_the_python_ones(name, walks):
         assert [type(bound) for bound in native_bounds] == [type(bound) for bound in python_bounds]
 
 
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_bounds_hand_intersections_back_to_python(monkeypatch):
+    automaton = grammar_from_schema(SCHEMAS["intersections"]).automaton
+    handed_back = []
+    item_bound = automaton_module.ByteAutomaton._item_bound
+
+    def recording(self, tables, config):
+        handed_back.append(config)
+        return item_bound(self, tables, config)
+
+    monkeypatch.setattr(automaton_module.ByteAutomaton, "_item_bound", recording)
+    # Inside the code: a pattern under a length limit, an intersection.
+    config = automaton.step_bytes(automaton.initial, b'{"count":12,"code":"ab')
+    assert automaton.completion_bounds([config]) == [len('c","ratio":0}')]
+    assert handed_back == [config]
+
+
 def test_bound_counts_the_iterations_a_counted_repetition_owes():
     automaton = grammar_from_schema(SCHEMAS["counted"]).automaton
     config = automaton.step_bytes(automaton.initial, b'{"code":"abc')
