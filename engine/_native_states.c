@@ -2715,7 +2715,6 @@ typedef struct {
     int32_t *counter_of;        /* the counted repetition whose body holds each position, -1: none */
     int32_t *owner;             /* each position's rule */
     Py_ssize_t num_counters;
-    long *counter_low;          /* iterations each counted repetition needs */
     double *iteration_length;   /* bytes of one iteration along its shortest body path, inf: unknown */
     Py_ssize_t num_rules;
     PyObject **rule_keys;       /* (rule, None) at rule + 1: the continuation tables' keys, made on first use */
@@ -2728,7 +2727,6 @@ static void bound_tables_free(BoundTables *b) {
     free(b->dist);
     free(b->counter_of);
     free(b->owner);
-    free(b->counter_low);
     free(b->iteration_length);
     if (b->rule_keys != NULL) {
         for (Py_ssize_t r = 0; r < b->num_rules; r++) {
@@ -2756,22 +2754,22 @@ static int doubles_of(PyObject *list, Py_ssize_t count, double *out) {
 }
 
 const char bound_tables_doc[] = (
-"bound_tables(dist, body_of, counter_lows, iterations, owner)\n"
+"bound_tables(dist, body_of, iterations, owner)\n"
 "\n"
 "The tables ``completion_bounds`` reads, from ``_RealizableDistances``: ``dist`` (per\n"
-"position, ints or inf), ``body_of`` ({body position: counted repetition}), each\n"
-"repetition's required iterations and one iteration's bytes (or None), and each\n"
-"position's rule.");
+"position, ints or inf), ``body_of`` ({body position: counted repetition}), one\n"
+"iteration's bytes of each repetition (or None), and each position's rule. The\n"
+"iterations each repetition needs are the NFA tables' own.");
 
 PyObject *bound_tables(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *dist, *body_of, *lows, *iterations, *owner;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:bound_tables", &PyList_Type, &dist, &PyDict_Type, &body_of, &PyList_Type,
-                          &lows, &PyList_Type, &iterations, &PyList_Type, &owner)) {
+    PyObject *dist, *body_of, *iterations, *owner;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:bound_tables", &PyList_Type, &dist, &PyDict_Type, &body_of, &PyList_Type,
+                          &iterations, &PyList_Type, &owner)) {
         return NULL;
     }
-    const Py_ssize_t size = PyList_GET_SIZE(dist), counters = PyList_GET_SIZE(lows);
-    if (PyList_GET_SIZE(owner) != size || PyList_GET_SIZE(iterations) != counters) {
+    const Py_ssize_t size = PyList_GET_SIZE(dist), counters = PyList_GET_SIZE(iterations);
+    if (PyList_GET_SIZE(owner) != size) {
         PyErr_SetString(PyExc_ValueError, "bound_tables: the lists disagree in length");
         return NULL;
     }
@@ -2784,10 +2782,8 @@ PyObject *bound_tables(PyObject *self, PyObject *args) {
     b->dist = (double *)malloc(sizeof(double) * (size_t)(size ? size : 1));
     b->counter_of = (int32_t *)malloc(sizeof(int32_t) * (size_t)(size ? size : 1));
     b->owner = (int32_t *)malloc(sizeof(int32_t) * (size_t)(size ? size : 1));
-    b->counter_low = (long *)malloc(sizeof(long) * (size_t)(counters ? counters : 1));
     b->iteration_length = (double *)malloc(sizeof(double) * (size_t)(counters ? counters : 1));
-    if (b->dist == NULL || b->counter_of == NULL || b->owner == NULL || b->counter_low == NULL ||
-        b->iteration_length == NULL) {
+    if (b->dist == NULL || b->counter_of == NULL || b->owner == NULL || b->iteration_length == NULL) {
         bound_tables_free(b);
         return PyErr_NoMemory();
     }
@@ -2819,11 +2815,6 @@ PyObject *bound_tables(PyObject *self, PyObject *args) {
         b->counter_of[position] = (int32_t)counter;
     }
     for (Py_ssize_t c = 0; c < counters; c++) {
-        const long low = PyLong_AsLong(PyList_GET_ITEM(lows, c));
-        if (low == -1 && PyErr_Occurred()) {
-            goto fail;
-        }
-        b->counter_low[c] = low;
         PyObject *iteration = PyList_GET_ITEM(iterations, c);
         if (iteration == Py_None) {
             b->iteration_length[c] = Py_HUGE_VAL;
@@ -2896,7 +2887,7 @@ static int config_bound(NfaTables *t, BoundTables *b, long config, PyObject *mem
                             status = -1;
                         }
                         /* ``done`` iterations are done and this one is under way. */
-                        const long owed = b->counter_low[counter] - done - 1;
+                        const long owed = t->counter_low[counter] - done - 1;
                         if (owed > 0) {
                             cost += (double)owed * b->iteration_length[counter];
                         }
@@ -2983,6 +2974,10 @@ PyObject *completion_bounds(PyObject *self, PyObject *args) {
     NfaTables *t = tables_of(capsule);
     BoundTables *b = (BoundTables *)PyCapsule_GetPointer(bound_capsule, BOUND_CAPSULE_NAME);
     if (t == NULL || b == NULL || check_bound(t, "completion_bounds") < 0) {
+        return NULL;
+    }
+    if (b->size != t->size || b->num_counters != t->num_counters) {
+        PyErr_SetString(PyExc_ValueError, "completion_bounds: the bound tables are of another automaton");
         return NULL;
     }
     const Py_ssize_t count = PyList_GET_SIZE(configs);

@@ -1183,9 +1183,7 @@ class _RealizableDistances:
     def native_tables(self, nfa: _Nfa):
         """These distances as ``native.states.bound_tables`` (made on first use)."""
         if self._native_tables is None:
-            self._native_tables = native.states.bound_tables(
-                self.dist, self.body_of, [low for low, _high in nfa.counters], self.iterations, nfa.owner
-            )
+            self._native_tables = native.states.bound_tables(self.dist, self.body_of, self.iterations, nfa.owner)
         return self._native_tables
 
 
