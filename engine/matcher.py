@@ -67,7 +67,8 @@ import numpy as np
 from . import native
 from .errors import TokenBudgetError
 from .token_groups import (
-    GROUP_SPECS, DeferredEnds, group_tables_for, living_automaton, successor_stats, uniform_successor,
+    DEFERRED, GROUP_SPECS, MOST_BYTES_TO_FINISH_A_CHARACTER, DeferredEnds, group_tables_for, living_automaton,
+    successor_stats, uniform_successor,
 )
 from .trie import ASCII_BYTES, distinct, pack_ids, unpack_ids, words_for
 from .vocab import TokenVocabulary
@@ -237,10 +238,23 @@ class MaskEntry:
             self._deferred = None
         return self._found_ends
 
-    def distinct_ends(self) -> np.ndarray:
+    @property
+    def deferred(self) -> list | None:
+        """The ``DeferredEnds`` of the tokens whose states are not computed yet (None when
+        there are none, or no longer)."""
+        return self._deferred
+
+    def distinct_ends(self, *, resolve: bool = True) -> np.ndarray:
         """The distinct states the allowed tokens lead to, without building ``ends`` (a
-        group allowed whole leads to a few states, one per character count)."""
-        parts = [self._resolved_found_ends()] if len(self._found_ids) else []
+        group allowed whole leads to a few states, one per character count). Without
+        ``resolve``, those of the deferred tokens are left out (and left uncomputed)."""
+        if not len(self._found_ids):
+            parts = []
+        elif resolve or self._deferred is None:
+            parts = [self._resolved_found_ends()]
+        else:
+            found = np.asarray(self._found_ends)
+            parts = [found[found != DEFERRED]]
         if self._base is not None:
             member_ends = self._base[2]
             if isinstance(member_ends, tuple):
@@ -660,6 +674,7 @@ class Matcher(MatcherBase):
         self._text_check = getattr(grammar, "text_check", None)
         self._check_memo: tuple | None = None
         self._check_mask_memo: list | None = None
+        self._partials_bounded: bool | None = None
         super().__init__(vocab, max_tokens)
 
     def _initial_state(self) -> int:
@@ -884,8 +899,9 @@ class Matcher(MatcherBase):
         # (for a loop: back at ``config``): decide them at once, then walk only the
         # subtrees where tokens leave the group.
         group, chain, exceptions = found
-        # Token hooks read every token's configuration, and a budget every allowed one's:
-        # none is deferred for them.
+        # Token hooks read every token's configuration, and a budget every allowed one's
+        # (but those inside a character, which it bounds without them where it can): none
+        # is deferred for them.
         deferring = not self._hooks and self.max_tokens is None
         if chain is not None:
             # The exits and partial characters start from their counts' configurations;
@@ -893,7 +909,8 @@ class Matcher(MatcherBase):
             # where they are listed, at once).
             _make_lazy_entries(self.automaton, chain, group.chain_counts if deferring and exceptions is None else None)
         frontier_nodes, frontier_configs, partial_ids, partial_configs, deferred_ends = group.exits_from(
-            self.automaton, config, chain, trie=trie, skip_first=exceptions, defer_partials=deferring,
+            self.automaton, config, chain, trie=trie, skip_first=exceptions,
+            defer_partials=deferring or self._defers_partials_under_budget(),
         )
         if deferred_ends is not None:
             deferred_ends.shift(sum(len(part) for part in id_parts))
@@ -1324,6 +1341,18 @@ class Matcher(MatcherBase):
             return None
         return found, self.vocab.single_byte_tokens
 
+    def _defers_partials_under_budget(self) -> bool:
+        """Whether a budget's new masks leave the states of tokens ending inside a character
+        uncomputed, bounding them by where the character leads instead
+        (``_max_end_bound_unresolved``): where bounds apply and every byte that goes on
+        with a character (0x80-0xBF) is a token by itself."""
+        found = self._partials_bounded
+        if found is None:
+            applies = self._bound_bytes("completion_bounds")
+            continuing = ((1 << 0x40) - 1) << 0x80
+            found = self._partials_bounded = applies is not None and applies[1] & continuing == continuing
+        return found
+
     def _compute_cost_bounds(self, configs: list[int]) -> list[int]:
         # A completion the automaton knows without a search, of bytes that are tokens by
         # themselves: the first byte's token leads to a configuration whose bound is one
@@ -1337,8 +1366,26 @@ class Matcher(MatcherBase):
     _bounds_tighten = True
 
     def _max_end_bound(self, entry: MaskEntry, limit: int) -> int:
+        unresolved = self._max_end_bound_unresolved(entry)
+        if unresolved is not None and unresolved <= limit:
+            return unresolved
         values = self._distinct_end_costs(entry, limit)[1]
         return int(values.max()) if len(values) else 0
+
+    def _max_end_bound_unresolved(self, entry: MaskEntry) -> int | None:
+        """A number no allowed token's bound exceeds, the deferred tokens' states left
+        uncomputed (None when none is deferred). A deferred token ends inside a character
+        whose whole form leads where the group's ASCII byte does; the bytes that finish
+        the character are tokens by themselves (``_defers_partials_under_budget``), so they
+        and the bound's bytes from there are a completion: its bound is at most theirs."""
+        deferred = entry.deferred
+        if not deferred:
+            return None
+        character_ends = distinct(np.concatenate([part.character_ends() for part in deferred]))
+        walked = self._cost_bounds(entry.distinct_ends(resolve=False).tolist())
+        finishing = self._cost_bounds(character_ends.tolist())
+        values = walked + [min(UNREACHABLE, bound + MOST_BYTES_TO_FINISH_A_CHARACTER) for bound in finishing]
+        return max(values)
 
     def _completion(self, config: int) -> bytes | None:
         automaton = self.automaton

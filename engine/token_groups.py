@@ -38,6 +38,8 @@ DEAD = -1
 #: The configuration after a token that ``exits_from`` found live without computing it
 #: (see ``defer_partials``): computed when a token budget asks for it.
 DEFERRED = -3
+#: Bytes a token ending inside a multi-byte character may still need to make it whole.
+MOST_BYTES_TO_FINISH_A_CHARACTER = 3
 
 
 @dataclass(frozen=True)
@@ -314,7 +316,7 @@ class TokenGroup:
             )
             deferred = DeferredEnds(
                 automaton, partial_starts, partial_tails, partial_lengths,
-                positions=positions, tail_of_token=tail_of_token,
+                positions=positions, tail_of_token=tail_of_token, character_byte=int(self.spec.ascii_array[0]),
             )
             return exit_nodes, exit_configs, ids, ends, deferred
         if sure is False:
@@ -334,7 +336,7 @@ class TokenGroup:
             rows = partial_owner[partial_live][returned_configs == DEFERRED]
             deferred = DeferredEnds(
                 automaton, *deferred_tails, positions=np.flatnonzero(returned_configs == DEFERRED),
-                tail_of_token=(np.cumsum(sure) - 1)[rows],
+                tail_of_token=(np.cumsum(sure) - 1)[rows], character_byte=int(self.spec.ascii_array[0]),
             )
         return exit_nodes, exit_configs, partial_ids[partial_live], token_configs[partial_live], deferred
 
@@ -393,10 +395,12 @@ class DeferredEnds:
 
     def __init__(
         self, automaton, starts, tails: np.ndarray, lengths: np.ndarray, *, positions: np.ndarray,
-        tail_of_token: np.ndarray,
+        tail_of_token: np.ndarray, character_byte: int,
     ) -> None:
         """``starts``/``tails``/``lengths``: the deferred tails (``starts`` one configuration
-        or one per tail); ``tail_of_token``: the index of each deferred token's tail."""
+        or one per tail); ``tail_of_token``: the index of each deferred token's tail;
+        ``character_byte``: an ASCII byte of the group, which leads each start where every
+        whole character does (what deferring a tail required)."""
         # Weakly: masks are kept in a table weakly keyed by their automaton, which a
         # reference from here would keep alive for good.
         self._automaton = weakref.ref(automaton)
@@ -404,6 +408,7 @@ class DeferredEnds:
         # Often the group's own array: shifted only when read.
         self._positions, self._offset = positions, 0
         self._tail_of_token = tail_of_token
+        self._character_byte = character_byte
 
     def shift(self, offset: int) -> None:
         self._offset += offset
@@ -422,6 +427,14 @@ class DeferredEnds:
         """The configuration after each deferred token (in the order of ``positions``)."""
         automaton = living_automaton(self._automaton)
         return _run_tails(automaton, self._starts, self._tails, self._lengths)[self._tail_of_token]
+
+    def character_ends(self) -> np.ndarray:
+        """The distinct configurations the deferred tokens reach once their last character
+        is whole (at most ``MOST_BYTES_TO_FINISH_A_CHARACTER`` bytes on), without running
+        their tails: where each start's whole characters lead."""
+        automaton = living_automaton(self._automaton)
+        starts = distinct(np.atleast_1d(np.asarray(self._starts, dtype=np.int32))).tolist()
+        return distinct(np.array([automaton.step(start, self._character_byte) for start in starts], dtype=np.int32))
 
 
 def living_automaton(reference: weakref.ref):

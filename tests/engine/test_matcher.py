@@ -1077,6 +1077,100 @@ def test_masks_inside_strings_defer_the_configurations_inside_characters(pattern
     assert budgeted.is_accepting()
 
 
+def _deferring_entries(matcher, config) -> list:
+    """The deferred ends of the mask at ``config``, walked afresh."""
+    matcher._tables.masks.discard(config)
+    return matcher._entry(config).deferred or []
+
+
+def test_budget_masks_bound_tokens_inside_characters_without_their_configurations():
+    # Under a budget that does not bind, a token ending inside a character is allowed by
+    # where its whole character leads: its own configuration is not built. Once the budget
+    # binds, every token's cost decides, as each token's own state gives it.
+    from surecall.engine.grammar import Grammar, clear_automaton_cache
+
+    vocab = _partial_character_vocabulary()
+    clear_automaton_cache()
+    grammar = Grammar.from_regex('"[^"\\\\]{0,8}"')
+    token_of = {vocab.token_bytes(token): token for token in vocab.trie.token_ids.tolist()}
+    roomy = Matcher(grammar, vocab, max_tokens=40)
+    assert roomy.advance(token_of[b'"']) == Status.ACCEPTED
+    assert roomy._defers_partials_under_budget()
+    config = roomy.config
+    deferred = _deferring_entries(roomy, config)
+    assert deferred, "the budget's mask deferred nothing"
+    allowed = set(roomy.allowed_token_ids().tolist())
+    assert roomy._entry(config).deferred, "a budget that does not bind resolved the deferred ends"
+    for piece in (b"\xc3", b"\xe6\x97", b"ab\xc3"):
+        lead = len(piece) - (2 if piece.endswith(b"\x97") else 1)
+        before_character = roomy.automaton.step_bytes(config, piece[:lead])
+        assert roomy.automaton.transition_table[before_character, piece[lead]] == -2, piece
+    assert allowed == doubles.brute_force_allowed(roomy.automaton, vocab, config)
+    for budget in range(3, 9):
+        tight = Matcher(grammar, vocab, max_tokens=budget)
+        assert tight.advance(token_of[b'"']) == Status.ACCEPTED
+        while not tight.is_finished():
+            remaining, here = tight.remaining_tokens, tight.config
+            expected = {
+                token for token in doubles.brute_force_allowed(tight.automaton, vocab, here)
+                if tight._cost(tight.automaton.step_bytes(here, vocab.token_bytes(token))) <= remaining - 1
+            }
+            allowed = set(tight.allowed_token_ids().tolist()) - vocab.eos_token_ids
+            assert allowed == expected, (budget, remaining)
+            # The longest allowed token first: pieces of characters, then their ends.
+            choice = max(allowed | set(vocab.eos_token_ids) if tight.is_accepting() else allowed,
+                         key=lambda token: (len(vocab.token_bytes(token)), token))
+            assert tight.advance(choice) != Status.REJECTED
+        assert tight.is_accepting()
+
+
+def test_budget_masks_compute_every_state_where_a_byte_inside_characters_is_no_token():
+    # Without a token for each byte that goes on with a character, finishing one is no
+    # completion of tokens: the budget reads every state, as stepping gives it.
+    from surecall.engine.grammar import Grammar
+    from surecall.engine.vocab import TokenVocabulary
+
+    pieces = [bytes([b]) for b in range(256) if b != 0xA9] + ["é".encode(), "日".encode(), b"\xc3", b"\xe6\x97"]
+    pieces += [bytes([a, b]) for a in range(0x61, 0x7B) for b in range(0x61, 0x7B)]
+    vocab = TokenVocabulary([b"<eos>"] + pieces, special_ids={0}, eos_token_ids={0})
+    grammar = Grammar.from_regex('"[^"\\\\]{0,8}"')
+    matcher = Matcher(grammar, vocab, max_tokens=40)
+    assert matcher.advance(vocab.tokenize_bytes(b'"')[0]) == Status.ACCEPTED
+    assert not matcher._defers_partials_under_budget()
+    assert not _deferring_entries(matcher, matcher.config)
+    assert Matcher(grammar, vocab)._defers_partials_under_budget() is False
+    assert _deferring_entries(Matcher(grammar, vocab), matcher.config), "nothing to defer without a budget either"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pieces=st.lists(_MIXED_BYTES, min_size=1, max_size=40),
+    pattern=st.sampled_from(['"[^"\\\\]*"', '"[^"\\\\]{2,9}"', '"([^"\\\\]|\\\\n)*",?', '"[^"\\\\é]*"x?']),
+    prefix=st.sampled_from([b'"', b'"x', "\"日".encode()]),
+)
+def test_a_deferred_token_is_bounded_by_where_its_whole_character_leads(pieces, pattern, prefix):
+    # What a budget's masks rely on: the completion bound of a token ending inside a
+    # character is at most the bytes that finish the character plus the bound of where a
+    # whole character leads from the token's start.
+    from surecall.engine.grammar import Grammar
+    from surecall.engine.token_groups import MOST_BYTES_TO_FINISH_A_CHARACTER
+
+    pairs = [bytes([a, b]) for a in range(0x61, 0x7B) for b in range(0x61, 0x7B)]
+    partial = [b"\xc3", b"\xe6", b"\xe6\x97", b"a\xc3", b"ab\xe6\x97", b"abc\xf0\x9f"]
+    vocab = _vocabulary_of(pairs + [bytes([b]) for b in range(256)] + partial + pieces)
+    matcher = Matcher(Grammar.from_regex(pattern), vocab, max_tokens=1000)
+    automaton = matcher.automaton
+    config = automaton.step_bytes(automaton.initial, prefix)
+    assert config != DEAD
+    for part in _deferring_entries(matcher, config):
+        ends = part.resolve()
+        bounds_after = [automaton.completion_bound(int(c), vocab.single_byte_tokens) for c in part.character_ends()]
+        for end in ends.tolist():
+            assert end != DEAD
+            bound = automaton.completion_bound(end, vocab.single_byte_tokens)
+            assert bound <= MOST_BYTES_TO_FINISH_A_CHARACTER + max(bounds_after)
+
+
 def test_an_automaton_whose_masks_deferred_ends_is_freed_with_its_grammar():
     # Masks are kept per automaton in a table weakly keyed by it: nothing they hold (the
     # deferred ends included) may keep the automaton alive once its grammar is gone.
