@@ -315,8 +315,8 @@ class TokenGroup:
                 if skipped is None else self._partials_without_first(trie, skip_first, skipped)
             )
             deferred = DeferredEnds(
-                automaton, partial_starts, partial_tails, partial_lengths,
-                positions=positions, tail_of_token=tail_of_token, character_byte=int(self.spec.ascii_array[0]),
+                automaton, partial_starts, partial_tails, partial_lengths, positions=positions,
+                tail_of_token=tail_of_token, characters=self._characters_of(config, chain),
             )
             return exit_nodes, exit_configs, ids, ends, deferred
         if sure is False:
@@ -336,9 +336,16 @@ class TokenGroup:
             rows = partial_owner[partial_live][returned_configs == DEFERRED]
             deferred = DeferredEnds(
                 automaton, *deferred_tails, positions=np.flatnonzero(returned_configs == DEFERRED),
-                tail_of_token=(np.cumsum(sure) - 1)[rows], character_byte=int(self.spec.ascii_array[0]),
+                tail_of_token=(np.cumsum(sure) - 1)[rows], characters=self._characters_of(config, chain),
             )
         return exit_nodes, exit_configs, partial_ids[partial_live], token_configs[partial_live], deferred
+
+    def _characters_of(self, config: int, chain: np.ndarray | None) -> tuple[np.ndarray, int]:
+        """``DeferredEnds``'s ``characters``: where partial characters start (a few: the
+        chain's configurations at the counts before them) and the byte whose way every
+        whole character goes from there."""
+        starts = np.array([config], dtype=np.int32) if chain is None else distinct(chain[self._partial_counts])
+        return starts, int(self.spec.ascii_array[0])
 
     def _partials_without_first(
         self, trie: TokenTrie, skip_first: np.ndarray, skipped: np.ndarray
@@ -395,12 +402,13 @@ class DeferredEnds:
 
     def __init__(
         self, automaton, starts, tails: np.ndarray, lengths: np.ndarray, *, positions: np.ndarray,
-        tail_of_token: np.ndarray, character_byte: int,
+        tail_of_token: np.ndarray, characters: tuple[np.ndarray, int],
     ) -> None:
         """``starts``/``tails``/``lengths``: the deferred tails (``starts`` one configuration
         or one per tail); ``tail_of_token``: the index of each deferred token's tail;
-        ``character_byte``: an ASCII byte of the group, which leads each start where every
-        whole character does (what deferring a tail required)."""
+        ``characters``: (the distinct starts, or more configurations besides them; an ASCII
+        byte of the group, which leads each start where every whole character does, as
+        deferring a tail required)."""
         # Weakly: masks are kept in a table weakly keyed by their automaton, which a
         # reference from here would keep alive for good.
         self._automaton = weakref.ref(automaton)
@@ -408,7 +416,7 @@ class DeferredEnds:
         # Often the group's own array: shifted only when read.
         self._positions, self._offset = positions, 0
         self._tail_of_token = tail_of_token
-        self._character_byte = character_byte
+        self._characters = characters
 
     def shift(self, offset: int) -> None:
         self._offset += offset
@@ -420,7 +428,7 @@ class DeferredEnds:
     @property
     def nbytes(self) -> int:
         """Bytes held for the deferred tokens (the tails counted even where the group's own)."""
-        arrays = (self._starts, self._tails, self._lengths, self._positions, self._tail_of_token)
+        arrays = (self._starts, self._tails, self._lengths, self._positions, self._tail_of_token, self._characters[0])
         return sum(array.nbytes for array in arrays if isinstance(array, np.ndarray))
 
     def resolve(self) -> np.ndarray:
@@ -433,8 +441,9 @@ class DeferredEnds:
         is whole (at most ``MOST_BYTES_TO_FINISH_A_CHARACTER`` bytes on), without running
         their tails: where each start's whole characters lead."""
         automaton = living_automaton(self._automaton)
-        starts = distinct(np.atleast_1d(np.asarray(self._starts, dtype=np.int32))).tolist()
-        return distinct(np.array([automaton.step(start, self._character_byte) for start in starts], dtype=np.int32))
+        starts, character_byte = self._characters
+        ends = [automaton.step(start, character_byte) for start in starts.tolist() if start >= 0]
+        return distinct(np.array([end for end in ends if end >= 0], dtype=np.int32))
 
 
 def living_automaton(reference: weakref.ref):
