@@ -70,7 +70,7 @@ from .token_groups import (
     DEFERRED, GROUP_SPECS, MOST_BYTES_TO_FINISH_A_CHARACTER, DeferredEnds, group_tables_for, living_automaton,
     successor_stats, uniform_successor,
 )
-from .trie import ASCII_BYTES, distinct, pack_ids, unpack_ids, words_for
+from .trie import ASCII_BYTES, distinct, pack_ids, set_ids, unpack_ids, words_for
 from .vocab import TokenVocabulary
 
 DEAD = -1
@@ -197,8 +197,7 @@ class MaskEntry:
             return
         words = np.zeros(words_for(size), dtype=np.uint32)
         words[: len(base[1])] = base[1]
-        if len(self._found_ids):
-            words |= pack_ids(self._found_ids, size)
+        set_ids(words, self._found_ids)
         self.words = words
 
     @property

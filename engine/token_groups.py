@@ -340,12 +340,15 @@ class TokenGroup:
             )
         return exit_nodes, exit_configs, partial_ids[partial_live], token_configs[partial_live], deferred
 
-    def _characters_of(self, config: int, chain: np.ndarray | None) -> tuple[np.ndarray, int]:
+    def _characters_of(self, config: int, chain: np.ndarray | None) -> tuple:
         """``DeferredEnds``'s ``characters``: where partial characters start (a few: the
         chain's configurations at the counts before them) and the byte whose way every
         whole character goes from there."""
-        starts = np.array([config], dtype=np.int32) if chain is None else distinct(chain[self._partial_counts])
-        return starts, int(self.spec.ascii_array[0])
+        return (config,) if chain is None else chain[self._partial_counts], self._character_byte
+
+    @cached_property
+    def _character_byte(self) -> int:
+        return int(self.spec.ascii_array[0])
 
     def _partials_without_first(
         self, trie: TokenTrie, skip_first: np.ndarray, skipped: np.ndarray
@@ -406,9 +409,9 @@ class DeferredEnds:
     ) -> None:
         """``starts``/``tails``/``lengths``: the deferred tails (``starts`` one configuration
         or one per tail); ``tail_of_token``: the index of each deferred token's tail;
-        ``characters``: (the distinct starts, or more configurations besides them; an ASCII
-        byte of the group, which leads each start where every whole character does, as
-        deferring a tail required)."""
+        ``characters``: (the starts, or more configurations besides them, some perhaps more
+        than once; an ASCII byte of the group, which leads each start where every whole
+        character does, as deferring a tail required)."""
         # Weakly: masks are kept in a table weakly keyed by their automaton, which a
         # reference from here would keep alive for good.
         self._automaton = weakref.ref(automaton)
@@ -442,7 +445,7 @@ class DeferredEnds:
         their tails: where each start's whole characters lead."""
         automaton = living_automaton(self._automaton)
         starts, character_byte = self._characters
-        ends = [automaton.step(start, character_byte) for start in starts.tolist() if start >= 0]
+        ends = {automaton.step(start, character_byte) for start in set(np.asarray(starts).tolist()) if start >= 0}
         return distinct(np.array([end for end in ends if end >= 0], dtype=np.int32))
 
 

@@ -352,19 +352,26 @@ def words_for(size: int) -> int:
 
 def pack_ids(ids: np.ndarray, size: int) -> np.ndarray:
     """Packed little-endian bitset (uint32 words): bit i of word i >> 5 set for each id."""
+    if native.set_bits is None and len(ids) > 64:
+        flags = np.zeros(words_for(size) * 32, dtype=bool)
+        flags[ids] = True
+        return np.packbits(flags, bitorder="little").view("<u4")
+    words = np.zeros(words_for(size), dtype="<u4")
+    set_ids(words, ids)
+    return words
+
+
+def set_ids(words: np.ndarray, ids: np.ndarray) -> None:
+    """Set the bits of ``ids`` in packed ``words`` (uint32, ``pack_ids``'s layout), in place."""
     if native.set_bits is not None:
-        words = np.zeros(words_for(size), dtype="<u4")
         native.set_bits(np.ascontiguousarray(ids, dtype=np.int32), words)
-        return words
+        return
     ids = np.asarray(ids)
-    if len(ids) <= 64:
-        # A few ids: setting their bits directly beats packing a flag per token.
-        words = np.zeros(words_for(size), dtype="<u4")
-        np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
-        return words
-    flags = np.zeros(words_for(size) * 32, dtype=bool)
-    flags[ids] = True
-    return np.packbits(flags, bitorder="little").view("<u4")
+    if len(ids) > 64:
+        # Without the extension many ids pack faster as flags.
+        words |= pack_ids(ids, len(words) * 32)
+        return
+    np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
 
 
 def unpack_ids(words: np.ndarray, size: int) -> np.ndarray:

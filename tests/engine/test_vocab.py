@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from surecall.engine import native
-from surecall.engine.trie import TokenTrie, pack_ids, unpack_ids
+from surecall.engine.trie import TokenTrie, pack_ids, set_ids, unpack_ids
 from surecall.engine.vocab import TokenVocabulary, bytes_to_unicode
 
 BYTE_CHARS = bytes_to_unicode()
@@ -187,8 +187,8 @@ def test_trie_invariants(strings):
 
 @pytest.mark.parametrize("packer", ["native", "numpy"])
 @settings(max_examples=40, deadline=None)
-@given(ids=st.sets(st.integers(0, 99)))
-def test_packed_bitsets(packer, ids):
+@given(ids=st.sets(st.integers(0, 99)), others=st.sets(st.integers(0, 99)))
+def test_packed_bitsets(packer, ids, others):
     if packer == "native" and native.set_bits is None:
         pytest.skip("the native extension is not built")
     ids_array = np.array(sorted(ids), dtype=np.int32)
@@ -205,6 +205,9 @@ def test_packed_bitsets(packer, ids):
         # short of it (a token group's, at its last member) hold the ids they cover.
         assert unpack_ids(words, 50).tolist() == sorted(i for i in ids if i < 50)
         assert unpack_ids(words[:2], 100).tolist() == sorted(i for i in ids if i < 64)
+        # Setting ids into words that hold others keeps those (a mask on top of a group's).
+        set_ids(words, np.array(sorted(others), dtype=np.int32))
+        assert unpack_ids(words, 100).tolist() == sorted(ids | others)
 
 
 @settings(max_examples=60, deadline=None)
