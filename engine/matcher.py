@@ -145,9 +145,26 @@ class ChainStates:
     def nbytes(self) -> int:
         return self._states.nbytes
 
+    @property
+    def lazy(self) -> bool:
+        """Whether some configuration is still counted on, not made."""
+        return bool((self._states <= _LAZY).any())
+
     def made(self) -> np.ndarray:
         _make_lazy_entries(living_automaton(self._automaton), self._states)
         return self._states
+
+    def made_or_counted_from(self, counts: np.ndarray) -> np.ndarray:
+        """For the character counts that have members (``counts > 0``): the configuration
+        made, or for one still counted on, the made one it counts on from, whose bound is
+        at least as large (between a counted repetition's bounds a count further on owes
+        no more iterations); none made."""
+        states = self._states
+        wanted = states[counts > 0]
+        lazy = wanted <= _LAZY
+        if lazy.any():
+            wanted = np.where(lazy, states[_LAZY - np.minimum(wanted, _LAZY)], wanted)
+        return wanted
 
 
 def _made(states) -> np.ndarray:
@@ -238,6 +255,15 @@ class MaskEntry:
         return self._found_ends
 
     @property
+    def unresolved(self) -> bool:
+        """Whether some allowed tokens' states are not computed yet: deferred ones inside
+        characters, or members' along a chain that counts on."""
+        member_ends = None if self._base is None else self._base[2]
+        return bool(self._deferred) or (
+            isinstance(member_ends, tuple) and isinstance(member_ends[0], ChainStates) and member_ends[0].lazy
+        )
+
+    @property
     def deferred(self) -> list | None:
         """The ``DeferredEnds`` of the tokens whose states are not computed yet (None when
         there are none, or no longer)."""
@@ -258,7 +284,10 @@ class MaskEntry:
             member_ends = self._base[2]
             if isinstance(member_ends, tuple):
                 states, counts = member_ends
-                parts.append(_made(states)[counts > 0])
+                if resolve or not isinstance(states, ChainStates):
+                    parts.append(_made(states)[counts > 0])
+                else:
+                    parts.append(states.made_or_counted_from(counts))
             else:
                 parts.append(np.array([member_ends], dtype=np.int32))
         if not parts:
@@ -899,14 +928,15 @@ class Matcher(MatcherBase):
         # subtrees where tokens leave the group.
         group, chain, exceptions = found
         # Token hooks read every token's configuration, and a budget every allowed one's
-        # (but those inside a character, which it bounds without them where it can): none
-        # is deferred for them.
+        # where it binds (elsewhere it bounds those inside a character and a counted
+        # chain's members without them, where bounds apply).
         deferring = not self._hooks and self.max_tokens is None
         if chain is not None:
             # The exits and partial characters start from their counts' configurations;
             # the members' ones are made when read (past a group's excepted first bytes,
-            # where they are listed, at once).
-            _make_lazy_entries(self.automaton, chain, group.chain_counts if deferring and exceptions is None else None)
+            # where they are listed, at once), which a budget does only where it binds.
+            lazy_members = (deferring or self._bounds_apply()) and exceptions is None
+            _make_lazy_entries(self.automaton, chain, group.chain_counts if lazy_members else None)
         frontier_nodes, frontier_configs, partial_ids, partial_configs, deferred_ends = group.exits_from(
             self.automaton, config, chain, trie=trie, skip_first=exceptions,
             defer_partials=deferring or self._defers_partials_under_budget(),
@@ -1340,6 +1370,10 @@ class Matcher(MatcherBase):
             return None
         return found, self.vocab.single_byte_tokens
 
+    def _bounds_apply(self) -> bool:
+        """Whether completion bounds apply (``_bound_bytes``)."""
+        return self._bound_bytes("completion_bounds") is not None
+
     def _defers_partials_under_budget(self) -> bool:
         """Whether a budget's new masks leave the states of tokens ending inside a character
         uncomputed, bounding them by where the character leads instead
@@ -1372,19 +1406,22 @@ class Matcher(MatcherBase):
         return int(values.max()) if len(values) else 0
 
     def _max_end_bound_unresolved(self, entry: MaskEntry) -> int | None:
-        """A number no allowed token's bound exceeds, the deferred tokens' states left
-        uncomputed (None when none is deferred). A deferred token ends inside a character
+        """A number no allowed token's bound exceeds, the states not computed yet left so
+        (None when every state is computed). A deferred token ends inside a character
         whose whole form leads where the group's ASCII byte does; the bytes that finish
         the character are tokens by themselves (``_defers_partials_under_budget``), so they
-        and the bound's bytes from there are a completion: its bound is at most theirs."""
-        deferred = entry.deferred
-        if not deferred:
+        and the bound's bytes from there are a completion: its bound is at most theirs. A
+        member whose state a counted chain has not made is bounded by the state it counts
+        on from (``ChainStates.made_or_counted_from``)."""
+        if not entry.unresolved:
             return None
-        character_ends = distinct(np.concatenate([part.character_ends() for part in deferred]))
-        walked = self._cost_bounds(entry.distinct_ends(resolve=False).tolist())
-        finishing = self._cost_bounds(character_ends.tolist())
-        values = walked + [min(UNREACHABLE, bound + MOST_BYTES_TO_FINISH_A_CHARACTER) for bound in finishing]
-        return max(values)
+        deferred = entry.deferred or ()
+        values = self._cost_bounds(entry.distinct_ends(resolve=False).tolist())
+        if deferred:
+            character_ends = distinct(np.concatenate([part.character_ends() for part in deferred]))
+            values += [min(UNREACHABLE, bound + MOST_BYTES_TO_FINISH_A_CHARACTER)
+                       for bound in self._cost_bounds(character_ends.tolist())]
+        return max(values, default=0)
 
     def _completion(self, config: int) -> bytes | None:
         automaton = self.automaton

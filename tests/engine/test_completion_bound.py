@@ -295,3 +295,30 @@ def test_bound_completion_returns_through_nested_callers(name, property_order):
         assert automaton.completion_bound(config) >= automaton.min_bytes_to_accept(config)
         config = automaton.step(config, value)
     assert automaton.is_accepting(config)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    low=st.integers(0, 30), extra=st.integers(0, 30), before=st.integers(0, 40),
+    body=st.sampled_from(['[^"\\\\]', "([a-z]|é)", "(ab|c)"]), tail=st.sampled_from(['"', '"x?', '",[0-9]{2,5}']),
+)
+def test_a_count_further_on_is_bounded_by_the_count_it_counts_on_from(low, extra, before, body, tail):
+    # What a budget reads for the members of a chain it leaves unmade: between a counted
+    # repetition's bounds, a configuration with its counts further on has a completion
+    # bound no larger than the one it counts on from (it owes no more iterations).
+    automaton = Grammar.from_regex(f'"{body}{{{low},{low + extra + 1}}}{tail}').automaton
+    spell = VOCAB.single_byte_tokens
+    config = automaton.step_bytes(automaton.initial, b'"')
+    piece = b"c" if body == "(ab|c)" else b"a"
+    for _ in range(before):
+        following = automaton.step_bytes(config, piece)
+        if following == DEAD:
+            break
+        config = following
+    assume(config != DEAD)
+    successor = automaton.step_bytes(config, piece)
+    span = automaton.count_shift_span(config, successor)
+    assume(span > 0)
+    bound = automaton.completion_bound(successor, spell)
+    for shift in range(1, span + 1):
+        assert automaton.completion_bound(automaton.count_shifted(successor, shift), spell) <= bound

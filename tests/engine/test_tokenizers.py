@@ -184,3 +184,37 @@ def test_wide_masks_equal_brute_force_on_smollm2(smollm2, vocab_dir, pattern, pr
             assert matcher.advance_many(vocab.tokenize_bytes(prefix.encode())) != Status.REJECTED
         expected = doubles.brute_force_allowed(grammar.automaton, vocab, matcher.config)
         assert set(matcher.allowed_token_ids().tolist()) - vocab.eos_token_ids == expected, prefix
+
+
+# A string that counts its characters, without and with a least number of them: the
+# members of the string's token group end along a chain made only where read.
+COUNTED_STRINGS = [r'"([^"\\]|\\n){0,40}"\}', r'"[^"\\]{12,40}"\}']
+
+
+@pytest.mark.parametrize("pattern", COUNTED_STRINGS)
+def test_budget_masks_on_counted_strings_match_each_tokens_own_cost(smollm2, vocab_dir, pattern):
+    # A budget that does not bind bounds the members along the chain and the tokens ending
+    # inside a character without making their states; one that binds decides by each
+    # token's own cost, as stepping its bytes gives the state.
+    vocab = TokenVocabulary.from_tokenizer(smollm2, cache_dir=vocab_dir)
+    grammar = Grammar.from_regex(pattern)
+    roomy = Matcher(grammar, vocab, max_tokens=200)
+    assert roomy.advance_many(vocab.tokenize_bytes(b'"')) == Status.ACCEPTED
+    allowed = set(roomy.allowed_token_ids().tolist())
+    assert roomy._entry(roomy.config).unresolved, "a budget that does not bind made every state"
+    assert allowed == doubles.brute_force_allowed(grammar.automaton, vocab, roomy.config)
+    needed = Matcher(grammar, vocab).min_tokens_to_finish()
+    for budget in (needed + 2, needed + 5):
+        tight = Matcher(grammar, vocab, max_tokens=budget)
+        while not tight.is_finished():
+            here, remaining = tight.config, tight.remaining_tokens
+            expected = {
+                token for token in doubles.brute_force_allowed(grammar.automaton, vocab, here)
+                if tight._cost(grammar.automaton.step_bytes(here, vocab.token_bytes(token))) <= remaining - 1
+            }
+            allowed = set(tight.allowed_token_ids().tolist())
+            assert allowed - vocab.eos_token_ids == expected, (budget, remaining)
+            # The longest allowed token: the chain's far members while the budget lets them.
+            longest = max(allowed, key=lambda token: (len(vocab.token_bytes(token)), token))
+            assert tight.advance(longest) != Status.REJECTED
+        assert tight.is_accepting()
