@@ -1416,6 +1416,10 @@ class Matcher(MatcherBase):
         if not entry.unresolved:
             return None
         deferred = entry.deferred or ()
+        if deferred and not self._defers_partials_under_budget():
+            # Deferred by a matcher without a budget (masks are shared), where finishing a
+            # character takes bytes that are no tokens by themselves: no bound holds.
+            return None
         values = self._cost_bounds(entry.distinct_ends(resolve=False).tolist())
         if deferred:
             character_ends = distinct(np.concatenate([part.character_ends() for part in deferred]))

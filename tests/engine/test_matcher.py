@@ -1130,7 +1130,9 @@ def test_budget_masks_compute_every_state_where_a_byte_inside_characters_is_no_t
     from surecall.engine.grammar import Grammar
     from surecall.engine.vocab import TokenVocabulary
 
-    pieces = [bytes([b]) for b in range(256) if b != 0xA9] + ["é".encode(), "日".encode(), b"\xc3", b"\xe6\x97"]
+    # No token holds a byte that goes on with a character alone: a token ending inside one
+    # ("\xc3") cannot be finished by any token at all.
+    pieces = [bytes([b]) for b in range(256) if not 0x80 <= b < 0xC0] + ["é".encode(), "日".encode(), b"\xc3", b"\xe6\x97"]
     pieces += [bytes([a, b]) for a in range(0x61, 0x7B) for b in range(0x61, 0x7B)]
     vocab = TokenVocabulary([b"<eos>"] + pieces, special_ids={0}, eos_token_ids={0})
     grammar = Grammar.from_regex('"[^"\\\\]{0,8}"')
@@ -1139,7 +1141,20 @@ def test_budget_masks_compute_every_state_where_a_byte_inside_characters_is_no_t
     assert not matcher._defers_partials_under_budget()
     assert not _deferring_entries(matcher, matcher.config)
     assert Matcher(grammar, vocab)._defers_partials_under_budget() is False
-    assert _deferring_entries(Matcher(grammar, vocab), matcher.config), "nothing to defer without a budget either"
+    # The mask a matcher without a budget leaves (shared, its ends deferred), read under
+    # budgets: each token's own cost decides.
+    for budget in range(2, 9):
+        tight = Matcher(grammar, vocab, max_tokens=budget)
+        assert tight.advance(vocab.tokenize_bytes(b'"')[0]) == Status.ACCEPTED
+        here, remaining = tight.config, tight.remaining_tokens
+        assert _deferring_entries(Matcher(grammar, vocab), here), "nothing to defer without a budget either"
+        expected = {
+            token for token in doubles.brute_force_allowed(tight.automaton, vocab, here)
+            if tight._cost(tight.automaton.step_bytes(here, vocab.token_bytes(token))) <= remaining - 1
+        }
+        assert set(tight.allowed_token_ids().tolist()) - vocab.eos_token_ids == expected, budget
+        assert vocab.tokenize_bytes(b"\xc3")[0] not in expected
+        assert expected, budget
 
 
 @settings(max_examples=40, deadline=None)
