@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from surecall.engine import native
-from surecall.engine.trie import TokenTrie, pack_ids, set_ids, unpack_ids
+from surecall.engine.trie import TokenTrie, distinct, pack_ids, set_ids, unpack_ids
 from surecall.engine.vocab import TokenVocabulary, bytes_to_unicode
 
 BYTE_CHARS = bytes_to_unicode()
@@ -297,3 +297,19 @@ def test_group_members_without_first_bytes_match_a_scan_of_each_member(strings, 
         words = group.member_words_without_first(vocab.trie, np.array(excluded, dtype=np.int64))
         expected = sorted(t for t in members if vocab.token_bytes(t)[0] not in excluded)
         assert unpack_ids(words, vocab.size).tolist() == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.sampled_from([0, 1, 5, 9000, 20000]), high=st.sampled_from([1, 3, 50, 30000, 2**31 - 1]),
+    low=st.sampled_from([0, -5]), dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**16),
+)
+def test_distinct_values_are_numpys_unique_ones(size, high, low, dtype, seed):
+    # Sorted or counted (many small non-negative values), with the input's dtype, and the
+    # inverse mapping each value to its place among them.
+    values = np.random.default_rng(seed).integers(low, high, size).astype(dtype)
+    found = distinct(values)
+    assert found.dtype == values.dtype
+    assert found.tolist() == np.unique(values).tolist()
+    again, inverse = distinct(values, return_inverse=True)
+    assert again.tolist() == found.tolist() and (again[inverse] == values).all()
