@@ -12,10 +12,11 @@ not accepted as complete) and ``accepted_invalid`` (a known-invalid instance
 accepted as a complete document).
 
 Each (engine, tokenizer) pair runs in its own worker process pinned to one core
-with one thread. Workers receive one schema at a time; one that exceeds the
-compile timeout is killed, the schema is recorded as ``timeout`` and a fresh
-worker continues with the next schema, so no engine carries caches between runs
-of the benchmark and a hung compile never stalls it.
+with one thread. Workers receive one schema at a time, the engines taking turns
+schema by schema (one worker running at a time), so that they meet the machine
+alike; one that exceeds the compile timeout is killed, the schema is recorded as
+``timeout`` and a fresh worker continues with the next schema, so no engine
+carries caches between runs of the benchmark and a hung compile never stalls it.
 """
 
 from __future__ import annotations
@@ -254,53 +255,75 @@ def default_cpu() -> int | None:
     return max(os.sched_getaffinity(0))
 
 
+class EngineRun:
+    """One engine's results on one tokenizer, one schema at a time (``run_job``), its worker
+    started on the first schema and again after one it had to kill."""
+
+    def __init__(self, engine_name: str, tokenizer_name: str, *, compile_timeout: float, walk_timeout: float,
+                 cpu: int | None, log=print) -> None:
+        self.engine_name, self.tokenizer_name = engine_name, tokenizer_name
+        self.compile_timeout, self.walk_timeout, self.cpu, self.log = compile_timeout, walk_timeout, cpu, log
+        self.worker: Worker | None = None
+        self.setup_s: float | None = None
+        self.cases: list[dict] = []
+
+    def run_job(self, job: dict) -> dict:
+        if self.worker is None:
+            self.worker = Worker(self.engine_name, self.tokenizer_name, self.cpu, ready_timeout=600)
+            self.setup_s = self.worker.setup_s if self.setup_s is None else self.setup_s
+        worker = self.worker
+        worker.send(job)
+        case = {"id": job["id"], "source": job["source"], "tokens": len(job["valid"][0])}
+        compiled = worker.read(self.compile_timeout)
+        if compiled is None:
+            reason = worker.failure()
+            timed_out = worker.process.poll() is None
+            case.update(status="compile_error", error="timeout" if timed_out else reason)
+            self.close()
+        elif "error" in compiled:
+            case.update(status="compile_error", error=compiled["error"])
+        else:
+            case["ttfm_ms"] = round(compiled["ttfm_ms"], 4)
+            done = worker.read(self.walk_timeout)
+            if done is None:
+                case.update(status="rejected_valid", error=f"token walk: {worker.failure()}")
+                self.close()
+            else:
+                case["steps_us"] = done["steps_us"]
+                case["repeat_steps_us"] = done["repeat_steps_us"]
+                case["invalid_checked"] = len(job["invalid"])
+                case["invalid_accepted"] = done["invalid_accepted"]
+                if not done["valid_accepted"]:
+                    case.update(status="rejected_valid", refused_at=done["refused_at"])
+                elif done["invalid_accepted"]:
+                    case["status"] = "accepted_invalid"
+                else:
+                    case["status"] = "passing"
+        self.cases.append(case)
+        self.log(f"  {self.engine_name:18} {self.tokenizer_name:8} {job['id'][:40]:40} {case['status']:16}"
+                 f" {case.get('ttfm_ms', float('nan')):10.2f} ms {case.get('error', '')[:60]}")
+        return case
+
+    def result(self) -> dict:
+        return {"setup_s": self.setup_s, "cases": self.cases}
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
 def run_engine(engine_name: str, tokenizer_name: str, jobs: list[dict], *, compile_timeout: float,
                walk_timeout: float, cpu: int | None, log=print) -> dict:
     """Run every job through one engine; per-case results plus the worker set-up time."""
-    results = []
-    worker = None
-    setup_s = None
+    run = EngineRun(engine_name, tokenizer_name, compile_timeout=compile_timeout, walk_timeout=walk_timeout,
+                    cpu=cpu, log=log)
     try:
         for job in jobs:
-            if worker is None:
-                worker = Worker(engine_name, tokenizer_name, cpu, ready_timeout=600)
-                setup_s = worker.setup_s if setup_s is None else setup_s
-            worker.send(job)
-            case = {"id": job["id"], "source": job["source"], "tokens": len(job["valid"][0])}
-            compiled = worker.read(compile_timeout)
-            if compiled is None:
-                reason = worker.failure()
-                timed_out = worker.process.poll() is None
-                case.update(status="compile_error", error="timeout" if timed_out else reason)
-                worker.close()
-                worker = None
-            elif "error" in compiled:
-                case.update(status="compile_error", error=compiled["error"])
-            else:
-                case["ttfm_ms"] = round(compiled["ttfm_ms"], 4)
-                done = worker.read(walk_timeout)
-                if done is None:
-                    case.update(status="rejected_valid", error=f"token walk: {worker.failure()}")
-                    worker.close()
-                    worker = None
-                else:
-                    case["steps_us"] = done["steps_us"]
-                    case["repeat_steps_us"] = done["repeat_steps_us"]
-                    case["invalid_checked"] = len(job["invalid"])
-                    case["invalid_accepted"] = done["invalid_accepted"]
-                    if not done["valid_accepted"]:
-                        case.update(status="rejected_valid", refused_at=done["refused_at"])
-                    elif done["invalid_accepted"]:
-                        case["status"] = "accepted_invalid"
-                    else:
-                        case["status"] = "passing"
-            results.append(case)
-            log(f"  {engine_name:18} {tokenizer_name:8} {job['id'][:40]:40} {case['status']:16}"
-                f" {case.get('ttfm_ms', float('nan')):10.2f} ms {case.get('error', '')[:60]}")
+            run.run_job(job)
     finally:
-        if worker is not None:
-            worker.close()
-    return {"setup_s": setup_s, "cases": results}
+        run.close()
+    return run.result()
 
 
 def _percentile(values, q) -> float | None:
@@ -360,7 +383,13 @@ def make_jobs(cases, tokenizer) -> list[dict]:
 
 def run_mask_bench(cases, engine_names, tokenizer_names, *, compile_timeout=10.0, walk_timeout=120.0,
                    cpu=None, log=print) -> dict:
-    """The whole mask benchmark: {tokenizer: {"vocab_size", "engines": {engine: {...}}}}."""
+    """The whole mask benchmark: {tokenizer: {"vocab_size", "engines": {engine: {...}}}}.
+
+    The engines take turns schema by schema (each in its own worker, all on one core, one
+    running at a time; who goes first rotates), so that every engine's walk of a schema
+    meets the machine as the others' do: a shared machine's speed drifts by a fifth within
+    minutes, which running one engine through every schema after another would put into
+    the ratios between them."""
     from bench.vocabularies import load_tokenizer, vocab_size
 
     cpu = default_cpu() if cpu is None else cpu
@@ -368,18 +397,34 @@ def run_mask_bench(cases, engine_names, tokenizer_names, *, compile_timeout=10.0
     for tokenizer_name in tokenizer_names:
         tokenizer = load_tokenizer(tokenizer_name)
         jobs = make_jobs(cases, tokenizer)
+        log(f"[mask] {', '.join(engine_names)} on {tokenizer_name}: {len(jobs)} schemas, in turns")
+        runs = {
+            name: EngineRun(name, tokenizer_name, compile_timeout=compile_timeout, walk_timeout=walk_timeout,
+                            cpu=cpu, log=log)
+            for name in engine_names
+        }
+        failed: dict[str, str] = {}
+        try:
+            for index, job in enumerate(jobs):
+                turn = engine_names[index % len(engine_names):] + engine_names[: index % len(engine_names)]
+                for name in turn:
+                    if name in failed:
+                        continue
+                    try:
+                        runs[name].run_job(job)
+                    except RuntimeError as error:
+                        log(f"[mask] {error}")
+                        failed[name] = str(error)
+        finally:
+            for run in runs.values():
+                run.close()
         per_engine = {}
-        for engine_name in engine_names:
-            log(f"[mask] {engine_name} on {tokenizer_name}: {len(jobs)} schemas")
-            try:
-                run = run_engine(engine_name, tokenizer_name, jobs, compile_timeout=compile_timeout,
-                                 walk_timeout=walk_timeout, cpu=cpu, log=log)
-            except RuntimeError as error:
-                log(f"[mask] {error}")
-                per_engine[engine_name] = {"error": str(error), "cases": []}
+        for name in engine_names:
+            if name in failed:
+                per_engine[name] = {"error": failed[name], "cases": []}
                 continue
-            run["summary"] = summarize(run["cases"])
-            per_engine[engine_name] = run
+            per_engine[name] = runs[name].result()
+            per_engine[name]["summary"] = summarize(per_engine[name]["cases"])
         passing_everywhere = {
             job["id"] for job in jobs
             if all(any(c["id"] == job["id"] and c["status"] == "passing" for c in run["cases"])

@@ -127,7 +127,8 @@ def markdown_report(results: dict) -> str:
         + (f" (load average at start: {meta['load_average_at_start'][0]})" if meta.get("load_average_at_start") else "")
         + f". Engines: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}.\n",
         f"Schemas: {meta['schema_count']} ({meta['schema_sources']}), seed {meta['seed']}, "
-        f"compile timeout {meta['compile_timeout_s']} s. One process per engine, one core, compact JSON.\n",
+        f"compile timeout {meta['compile_timeout_s']} s. One process per engine, one core, the engines taking "
+        "turns schema by schema, compact JSON.\n",
     ]
     for tokenizer, tok_result in results.get("mask", {}).items():
         parts.append(f"\n## Masks, {tokenizer} tokenizer ({tok_result['vocab_size']:,} tokens)\n\n")
@@ -151,7 +152,8 @@ def readme_snippet(results: dict) -> str:
         f"Measured with `make {'bench-quick' if meta['mode'] == 'quick' else 'bench'}` on {meta['machine']} "
         f"({meta['date']}): "
         f"{meta['schema_count']} schemas ({meta['schema_sources']}), every engine stepped through the "
-        "same compact-JSON token path, one process per engine on one core. "
+        "same compact-JSON token path, one process per engine on one core, the engines taking turns schema "
+        "by schema. "
         "First mask = schema text to the first full-vocabulary mask; mask = one advance plus the next "
         "full-vocabulary mask.\n",
     ]

@@ -35,9 +35,26 @@ def engine_names():
 
 
 @pytest.fixture(scope="module")
-def small_run(engine_names):
+def small_run_log(engine_names):
     cases = builtin_cases(SCHEMAS)
-    return cases, run_mask_bench(cases, engine_names, ["smollm2"], compile_timeout=120.0, log=lambda _: None)
+    lines: list[str] = []
+    return cases, run_mask_bench(cases, engine_names, ["smollm2"], compile_timeout=120.0, log=lines.append), lines
+
+
+@pytest.fixture(scope="module")
+def small_run(small_run_log):
+    cases, results, _ = small_run_log
+    return cases, results
+
+
+def test_engines_take_turns_schema_by_schema(small_run_log, engine_names):
+    # Every engine walks a schema before any walks the next, the first turn rotating: a
+    # drift in the machine's speed meets them alike.
+    _, _, lines = small_run_log
+    order = [(line.split()[2], line.split()[0]) for line in lines if not line.startswith("[")]
+    assert [schema for schema, _ in order] == [schema for schema in SCHEMAS for _ in engine_names]
+    firsts = [order[index * len(engine_names)][1] for index in range(len(SCHEMAS))]
+    assert firsts == [engine_names[index % len(engine_names)] for index in range(len(SCHEMAS))]
 
 
 def test_every_passing_engine_really_accepts_the_whole_path(small_run, smollm2):
