@@ -250,6 +250,17 @@ def brute_force_allowed(automaton, vocab, config) -> set[int]:
     return allowed
 
 
+def allowed_within_budget(matcher) -> set[int]:
+    """The reference for a budget's mask at ``matcher``'s state: the tokens stepping allows
+    whose own state's cost fits the tokens left after them."""
+    automaton, vocab, here = matcher.automaton, matcher.vocab, matcher.config
+    left = matcher.remaining_tokens - 1
+    return {
+        token for token in brute_force_allowed(automaton, vocab, here)
+        if matcher._cost(automaton.step_bytes(here, vocab.token_bytes(token))) <= left
+    }
+
+
 _FINISHABLE: dict = {}
 
 

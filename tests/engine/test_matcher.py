@@ -1110,13 +1110,9 @@ def test_budget_masks_bound_tokens_inside_characters_without_their_configuration
         tight = Matcher(grammar, vocab, max_tokens=budget)
         assert tight.advance(token_of[b'"']) == Status.ACCEPTED
         while not tight.is_finished():
-            remaining, here = tight.remaining_tokens, tight.config
-            expected = {
-                token for token in doubles.brute_force_allowed(tight.automaton, vocab, here)
-                if tight._cost(tight.automaton.step_bytes(here, vocab.token_bytes(token))) <= remaining - 1
-            }
+            expected = doubles.allowed_within_budget(tight)
             allowed = set(tight.allowed_token_ids().tolist()) - vocab.eos_token_ids
-            assert allowed == expected, (budget, remaining)
+            assert allowed == expected, (budget, tight.remaining_tokens)
             # The longest allowed token first: pieces of characters, then their ends.
             choice = max(allowed | set(vocab.eos_token_ids) if tight.is_accepting() else allowed,
                          key=lambda token: (len(vocab.token_bytes(token)), token))
@@ -1146,12 +1142,8 @@ def test_budget_masks_compute_every_state_where_a_byte_inside_characters_is_no_t
     for budget in range(2, 9):
         tight = Matcher(grammar, vocab, max_tokens=budget)
         assert tight.advance(vocab.tokenize_bytes(b'"')[0]) == Status.ACCEPTED
-        here, remaining = tight.config, tight.remaining_tokens
-        assert _deferring_entries(Matcher(grammar, vocab), here), "nothing to defer without a budget either"
-        expected = {
-            token for token in doubles.brute_force_allowed(tight.automaton, vocab, here)
-            if tight._cost(tight.automaton.step_bytes(here, vocab.token_bytes(token))) <= remaining - 1
-        }
+        assert _deferring_entries(Matcher(grammar, vocab), tight.config), "nothing to defer without a budget either"
+        expected = doubles.allowed_within_budget(tight)
         assert set(tight.allowed_token_ids().tolist()) - vocab.eos_token_ids == expected, budget
         assert vocab.tokenize_bytes(b"\xc3")[0] not in expected
         assert expected, budget
