@@ -12,10 +12,10 @@ p99; (surecall) the parse states built and what the steps that built some cost a
 and a state (``state_cost_fit``); how the total splits by step duration; the largest
 steps with the text before them, the token and (surecall) the parse states the step
 built; and for surecall the time spent inside each engine phase during the steps
-(``PHASES``: inclusive, so phases that call each other overlap). Unlike ``mask_bench``
-this runs in the calling process, on whatever core it is given (``taskset -c 1 python -m
-bench.step_profile``), so its numbers compare with another run of it on the same
-machine, not with the benchmark's tables.
+(``PHASES``: inclusive, so phases that call each other overlap), the largest phases also
+by where the new mask is. Unlike ``mask_bench`` this runs in the calling process, on
+whatever core it is given (``taskset -c 1 python -m bench.step_profile``), so its numbers
+compare with another run of it on the same machine, not with the benchmark's tables.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ class Step:
     rewalk_seconds: float | None = None
     #: Where in the JSON text the step's new mask is (``json_position``).
     kind: str = ""
+    #: Seconds inside each phase during the step (inclusive, as ``Profile.phases``).
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 #: The kinds of ``json_position``, in the order the report lists them.
@@ -224,15 +226,19 @@ def profile_steps(engine, tokenizer, jobs, *, phases=PHASES, rewalk: bool = Fals
             before_walk = dict(spent)
             states = [session.parse_states()]
             steps: list[Step] = []
+            before_step = [dict(spent)]
 
             def on_step(index, seconds, session=session, job=job, path=path, states=states, steps=steps):
                 now = session.parse_states()
                 new = None if now is None or states[0] is None else now - states[0]
+                inside = {label: total - before_step[0].get(label, 0.0) for label, total in spent.items()}
                 again = _rewalk_seconds(session, spent) if rewalk and new else None
                 states[0] = session.parse_states()
                 steps.append(Step(job["id"], index, tokenizer.decode(path[max(0, index - 3) : index]),
                                   tokenizer.decode(path[index : index + 1]), seconds, new, again,
-                                  json_position(tokenizer.decode(path[: index + 1]))))
+                                  json_position(tokenizer.decode(path[: index + 1])),
+                                  {label: value for label, value in inside.items() if value > 0}))
+                before_step[0] = dict(spent)
 
             accepted, _ = walk(session, path, on_step=on_step)
             # A refused path's steps are not the benchmark's (it counts passing schemas only).
@@ -321,12 +327,36 @@ def report(profile: Profile, *, top: int = 20, out=print) -> None:
         out("inside the steps (inclusive; phases that call each other overlap):")
         for label, seconds in sorted(profile.phases.items(), key=lambda item: -item[1]):
             out(f"  {seconds * 1e3:8.1f} ms  {seconds * 1e6 / total * 100:5.1f}%  {label}")
+        if any(kinds):
+            _report_phases_by_kind(profile, total, out)
     out("")
     out(f"largest {min(top, len(micros))} steps:")
     for step in sorted(profile.steps, key=lambda s: -s.seconds)[:top]:
         built = "" if step.new_states is None else f"{step.new_states:5d} new states  "
         out(f"  {step.seconds * 1e6:9.0f} us  {built}{step.schema[:36]:36s} #{step.index:<4d} "
             f"{step.before[-18:]!r:>22} + {step.token!r}")
+
+
+#: How many of the largest phases ``report`` splits by where the new mask is.
+PHASES_BY_KIND = 5
+
+
+def _report_phases_by_kind(profile: Profile, total: float, out) -> None:
+    """The largest phases' time by where the new mask is, as shares of all steps' time:
+    which phase to make cheaper where."""
+    labels = [label for label, _ in sorted(profile.phases.items(), key=lambda item: -item[1])][:PHASES_BY_KIND]
+    out("")
+    out("the largest phases by where the new mask is (% of all the steps' time):")
+    for number, label in enumerate(labels, 1):
+        out(f"  [{number}] {label}")
+    out(f"  {'':>28}  {'steps':>6}" + "".join(f"{f'[{number}]':>7}" for number in range(1, len(labels) + 1)))
+    for kind in KINDS:
+        steps = [step for step in profile.steps if step.kind == kind]
+        if not steps:
+            continue
+        shares = [sum(step.phases.get(label, 0.0) for step in steps) * 1e6 / total * 100 for label in labels]
+        own = sum(step.seconds for step in steps) * 1e6 / total * 100
+        out(f"  {kind:>28}: {own:5.1f}%" + "".join(f"{share:6.1f}%" for share in shares))
 
 
 def main(argv=None) -> Profile:

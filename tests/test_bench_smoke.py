@@ -217,6 +217,39 @@ def test_step_profile_takes_apart_the_steps_of_the_benchmark_walk(smollm2):
     assert micros[0] == pytest.approx(max(step.seconds for step in profile.steps) * 1e6, abs=1)
 
 
+def test_step_profile_splits_the_phases_by_step_and_by_where_the_mask_is(smollm2):
+    from bench.mask_bench import make_jobs
+    from bench.step_profile import KINDS, PHASES_BY_KIND, profile_steps, report
+
+    jobs = make_jobs(builtin_cases(SCHEMAS[:2]), smollm2)
+    for rewalk in (False, True):
+        profile = profile_steps(ENGINES["surecall"](smollm2), smollm2, jobs, rewalk=rewalk)
+        # each step's phase times add up to the walk's totals (a rewalk's time is in neither)
+        for label, seconds in profile.phases.items():
+            assert sum(step.phases.get(label, 0.0) for step in profile.steps) == pytest.approx(seconds, rel=1e-9)
+        assert all(0 < value <= step.seconds for step in profile.steps for value in step.phases.values())
+        assert any(step.phases for step in profile.steps)
+
+    lines = []
+    report(profile, top=0, out=lines.append)
+    start = lines.index("the largest phases by where the new mask is (% of all the steps' time):") + 1
+    labels = [re.fullmatch(r"  \[(\d+)\] (.+)", line).group(2) for line in lines[start : start + PHASES_BY_KIND]]
+    assert labels == sorted(profile.phases, key=lambda label: -profile.phases[label])[:PHASES_BY_KIND]
+    rows = lines[start + len(labels) + 1 :]
+    rows = rows[: rows.index("")]
+    total = profile.total_seconds
+    for row in rows:
+        kind, numbers = row.split(":")
+        steps = [step for step in profile.steps if step.kind == kind.strip()]
+        shares = [float(number) for number in numbers.replace("%", " ").split()]
+        assert shares[0] == pytest.approx(sum(step.seconds for step in steps) / total * 100, abs=0.06)
+        for label, share in zip(labels, shares[1:]):
+            assert share == pytest.approx(sum(step.phases.get(label, 0.0) for step in steps) / total * 100, abs=0.06)
+    assert [row.split(":")[0].strip() for row in rows] == [
+        kind for kind in KINDS if any(step.kind == kind for step in profile.steps)
+    ]
+
+
 def test_step_profile_rewalks_exactly_the_masks_that_built_states(smollm2):
     from bench.mask_bench import make_jobs
     from bench.step_profile import profile_steps, report
