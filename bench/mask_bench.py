@@ -313,19 +313,6 @@ class EngineRun:
             self.worker = None
 
 
-def run_engine(engine_name: str, tokenizer_name: str, jobs: list[dict], *, compile_timeout: float,
-               walk_timeout: float, cpu: int | None, log=print) -> dict:
-    """Run every job through one engine; per-case results plus the worker set-up time."""
-    run = EngineRun(engine_name, tokenizer_name, compile_timeout=compile_timeout, walk_timeout=walk_timeout,
-                    cpu=cpu, log=log)
-    try:
-        for job in jobs:
-            run.run_job(job)
-    finally:
-        run.close()
-    return run.result()
-
-
 def _percentile(values, q) -> float | None:
     return round(float(np.percentile(values, q)), 3) if len(values) else None
 

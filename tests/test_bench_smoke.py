@@ -16,7 +16,7 @@ pytest.importorskip("llguidance")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.cases import builtin_cases, compact  # noqa: E402
-from bench.mask_bench import make_jobs, run_engine, run_mask_bench, walk  # noqa: E402
+from bench.mask_bench import EngineRun, make_jobs, run_mask_bench, walk  # noqa: E402
 from bench.peers import ENGINES, PEER_NAMES, SURECALL_NAMES, surecall_available  # noqa: E402
 from bench.report import write_reports  # noqa: E402
 from bench.vocabularies import encode, load_tokenizer, token_bytes_table, vocab_size  # noqa: E402
@@ -123,11 +123,16 @@ def test_a_path_outside_the_schema_is_reported_as_rejected(smollm2):
     # present an invalid instance as if it were the valid one: the harness must not call it passing
     job["valid"] = [encode(smollm2, compact({"location": "Paris", "unit": "kelvin"}))]
     for engine_name in ("xgrammar", "llguidance"):
-        run = run_engine(engine_name, "smollm2", [job], compile_timeout=120.0, walk_timeout=120.0,
-                         cpu=None, log=lambda _: None)
-        assert run["cases"][0]["status"] == "rejected_valid"
-        assert run["cases"][0]["refused_at"] >= 0
-        assert run["cases"][0]["repeat_steps_us"] == []
+        run = EngineRun(engine_name, "smollm2", compile_timeout=120.0, walk_timeout=120.0, cpu=None,
+                        log=lambda _: None)
+        try:
+            case_result = run.run_job(job)
+        finally:
+            run.close()
+        assert run.result()["cases"] == [case_result]
+        assert case_result["status"] == "rejected_valid"
+        assert case_result["refused_at"] >= 0
+        assert case_result["repeat_steps_us"] == []
 
 
 def test_walk_stops_at_the_first_refused_token(smollm2):
