@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from pathlib import Path
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from surecall.adapters.transformers.decode import (
     ContextualForcing,
     DecodeRequest,
+    attention_without_cudnn,
     decode,
     decode_batch,
     run_requests,
@@ -233,6 +235,66 @@ def test_the_cache_goes_to_the_model_under_the_name_its_forward_takes(local_mode
         assert len(names) == 1 and names[0] in accepted
         assert cached == fed
         fed += width
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_cudnn_attention_is_off_inside_and_restored_when_the_last_overlapping_pass_leaves(enabled_before):
+    backends = torch.backends.cuda
+    saved = backends.cudnn_sdp_enabled()
+    cuda = torch.device("cuda")  # a device object needs no GPU; the switch is a process-wide flag
+    try:
+        backends.enable_cudnn_sdp(enabled_before)
+        first, second = attention_without_cudnn(cuda), attention_without_cudnn(cuda)
+        first.__enter__()
+        assert not backends.cudnn_sdp_enabled()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert not backends.cudnn_sdp_enabled()  # the other pass is still running
+        second.__exit__(None, None, None)
+        assert backends.cudnn_sdp_enabled() == enabled_before
+        with pytest.raises(RuntimeError):
+            with attention_without_cudnn(cuda):
+                raise RuntimeError("a forward pass failed")
+        assert backends.cudnn_sdp_enabled() == enabled_before
+        backends.enable_cudnn_sdp(True)
+        with attention_without_cudnn(torch.device("cpu")):
+            assert backends.cudnn_sdp_enabled()  # only CUDA passes are switched
+    finally:
+        backends.enable_cudnn_sdp(saved)
+
+
+@pytest.mark.model
+def test_every_forward_pass_runs_inside_the_attention_switch(local_model, monkeypatch):
+    import functools
+
+    import surecall.adapters.transformers.decode as decode_module
+    from surecall import grammar_from_schema
+
+    switched_devices, inside_at_forward = [], []
+    inside = [False]
+
+    @contextlib.contextmanager
+    def recording(device):
+        switched_devices.append(device)
+        inside[0] = True
+        try:
+            yield
+        finally:
+            inside[0] = False
+
+    original = local_model.model.forward
+
+    @functools.wraps(original)
+    def spy(*args, **kwargs):
+        inside_at_forward.append(inside[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(decode_module, "attention_without_cudnn", recording)
+    monkeypatch.setattr(local_model.model, "forward", spy)
+    result = decode(local_model, _prompt(local_model), grammar_from_schema(TOOL_CALL_SCHEMA), max_tokens=48)
+    assert _validates(result.text, TOOL_CALL_SCHEMA)
+    assert inside_at_forward == [True] * result.forward_passes
+    assert switched_devices == [torch.device(local_model.device)] * result.forward_passes
 
 
 @pytest.mark.model

@@ -22,7 +22,9 @@ would merge with whatever text comes next are held back and left to the model (s
 from __future__ import annotations
 
 import codecs
+import contextlib
 import inspect
+import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -514,10 +516,7 @@ class _BatchDecoder:
         kwargs[self._cache_argument] = self._cache
         if self._keeps_last_logits_only:
             kwargs["logits_to_keep"] = 1
-        if self._lock is not None:
-            with self._lock:
-                output = self.model(**kwargs)
-        else:
+        with self._lock if self._lock is not None else contextlib.nullcontext(), attention_without_cudnn(self.device):
             output = self.model(**kwargs)
         return output.logits[:, -1, :]
 
@@ -580,6 +579,44 @@ class _BatchDecoder:
                 row.finish(FINISH_STOP)
             if row.finished:
                 return
+
+
+_cudnn_attention_lock = threading.Lock()
+_cudnn_attention_users = 0
+_cudnn_attention_was_enabled = True
+
+
+@contextlib.contextmanager
+def attention_without_cudnn(device: torch.device) -> Iterator[None]:
+    """Keeps scaled-dot-product attention off its cuDNN backend during a forward pass on CUDA.
+
+    Every pass of this loop gives attention an explicit mask, which torch (2.11) hands to
+    cuDNN first on recent GPUs, and cuDNN builds an execution plan for each new shape. The
+    cache grows by a step each pass, so every shape is new the first time through: on an
+    H200, passes over unseen (tokens in, cache length) shapes took 72-91 ms on average for
+    one token and up to 740 ms for a run of forced tokens, against 21-42 ms once seen
+    (README.md, end to end on a GPU). The flash and memory-efficient kernels build no plans.
+
+    The switch is process-wide, so concurrent loops share it: the first to enter turns cuDNN
+    off and the last to leave restores what was set before.
+    """
+    global _cudnn_attention_users, _cudnn_attention_was_enabled
+    backends = torch.backends.cuda
+    if device.type != "cuda" or not hasattr(backends, "enable_cudnn_sdp"):
+        yield
+        return
+    with _cudnn_attention_lock:
+        if _cudnn_attention_users == 0:
+            _cudnn_attention_was_enabled = backends.cudnn_sdp_enabled()
+            backends.enable_cudnn_sdp(False)
+        _cudnn_attention_users += 1
+    try:
+        yield
+    finally:
+        with _cudnn_attention_lock:
+            _cudnn_attention_users -= 1
+            if _cudnn_attention_users == 0:
+                backends.enable_cudnn_sdp(_cudnn_attention_was_enabled)
 
 
 def _sample_row(scores: torch.Tensor, temperature: float, top_k: int | None, top_p: float, generator) -> int:
