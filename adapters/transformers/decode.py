@@ -602,7 +602,7 @@ def attention_without_cudnn(device: torch.device) -> Iterator[None]:
     """
     global _cudnn_attention_users, _cudnn_attention_was_enabled
     backends = torch.backends.cuda
-    if device.type != "cuda" or not hasattr(backends, "enable_cudnn_sdp"):
+    if device.type != "cuda" or not hasattr(backends, "cudnn_sdp_enabled"):  # a torch without cuDNN attention
         yield
         return
     with _cudnn_attention_lock:
