@@ -370,3 +370,34 @@ def test_step_profile_reports_time_by_where_the_mask_is(smollm2):
     for kind, count, _ in parsed:
         assert int(count) == sum(step.kind == kind for step in profile.steps)
     assert sum(float(share) for _, _, share in parsed) == pytest.approx(100, abs=0.1 * len(rows))
+
+
+@pytest.mark.model
+def test_forward_passes_are_timed_one_by_one_and_a_second_round_meets_no_new_shape(local_model):
+    from bench import forward_passes
+    from bench.e2e_bench import PROMPTS
+    from surecall.adapters.transformers import decode as decode_module
+
+    original_forward = decode_module._BatchDecoder._forward
+    original_switch = decode_module.attention_without_cudnn
+    with forward_passes.default_attention_backends():
+        assert decode_module.attention_without_cudnn is not original_switch
+        rows = forward_passes.run(local_model, rounds=2, max_tokens=16, prompts=PROMPTS[:1], log=lambda line: None)
+    # The wrappers are gone once the run is over.
+    assert decode_module._BatchDecoder._forward is original_forward
+    assert decode_module.attention_without_cudnn is original_switch
+
+    assert [(row["round"], row["loop"]) for row in rows] == [
+        (1, "constrained"), (1, "unconstrained"), (2, "constrained"), (2, "unconstrained")]
+    for row in rows:
+        assert row["passes"] == row["forward_passes"] > 1  # every pass of the loop was timed
+        assert 0 < row["prompt_pass_ms"] <= 1000 * row["seconds"]
+    first_constrained, first_unconstrained, second_constrained, second_unconstrained = rows
+    # Greedy decoding repeats the same shapes: nothing is new the second time through.
+    for row in (second_constrained, second_unconstrained):
+        assert row["one_token_new_ms"] is None and row["several_new_ms"] is None
+        assert row["one_token_seen_ms"] is not None
+    # The fast path feeds forced runs of several tokens, so it takes fewer passes than tokens.
+    assert first_constrained["widths"] and min(first_constrained["widths"]) >= 2
+    assert first_constrained["passes"] < first_constrained["tokens"]
+    assert first_unconstrained["widths"] == []
