@@ -253,3 +253,49 @@ def test_staging_left_by_a_killed_conversion_is_cleared_by_the_next_one(tmp_path
     assert not abandoned.exists()
     assert recent.is_dir()
     assert (models / target_name / "config.json").is_file()
+
+
+class _SpecialTokens:
+    """A tokenizer's special-token attributes over a small vocabulary, as transformers keeps them."""
+
+    def __init__(self, vocabulary, **tokens):
+        self.vocabulary = vocabulary
+        for name, token in tokens.items():
+            setattr(self, f"{name}_token", token)
+
+    def __len__(self):
+        return len(self.vocabulary)
+
+    def __getattr__(self, attribute):
+        if attribute.endswith("_token_id"):
+            token = self.__dict__.get(attribute[: -len("_id")])
+            return None if token is None else self.vocabulary.index(token)
+        raise AttributeError(attribute)
+
+    def convert_ids_to_tokens(self, token_id):
+        return self.vocabulary[token_id]
+
+
+def test_special_tokens_follow_the_gguf_metadata_where_the_tokenizer_disagrees():
+    tokenizer = _SpecialTokens(["<unk>", "<start>", "<end>", "a"], bos="<start>", eos="<start>", unk="<unk>")
+    loading.align_special_tokens(tokenizer, {"bos": 1, "eos": 2, "unk": 0, "pad": 2, "sep": 9})
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.unk_token, tokenizer.pad_token) == (
+        "<start>", "<end>", "<unk>", "<end>")
+    # An id outside the vocabulary is no token to take.
+    loading.align_special_tokens(tokenizer, {"eos": 4})
+    assert tokenizer.eos_token == "<end>"
+
+
+def test_the_embedded_tokenizer_ends_sequences_where_its_gguf_file_says(local_model):
+    ids = loading.gguf_special_token_ids(loading._embedded_gguf_path())
+    tokenizer = local_model.tokenizer
+    assert ids["eos"] == tokenizer.eos_token_id
+    assert tokenizer.convert_ids_to_tokens(ids["eos"]) == "<|im_end|>"  # the end of a chat turn
+    assert ids["bos"] == tokenizer.bos_token_id
+
+
+def test_an_unreadable_gguf_file_names_no_special_tokens(tmp_path):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF\x03\x00")
+    assert loading.gguf_special_token_ids(junk) == {}
+    assert loading.gguf_special_token_ids(tmp_path / "missing.gguf") == {}

