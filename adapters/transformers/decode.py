@@ -590,12 +590,13 @@ _cudnn_attention_was_enabled = True
 def attention_without_cudnn(device: torch.device) -> Iterator[None]:
     """Keeps scaled-dot-product attention off its cuDNN backend during a forward pass on CUDA.
 
-    Every pass of this loop gives attention an explicit mask, which torch (2.11) hands to
-    cuDNN first on recent GPUs, and cuDNN builds an execution plan for each new shape. The
-    cache grows by a step each pass, so every shape is new the first time through: on an
-    H200, passes over unseen (tokens in, cache length) shapes took 72-91 ms on average for
-    one token and up to 740 ms for a run of forced tokens, against 21-42 ms once seen
-    (README.md, end to end on a GPU). The flash and memory-efficient kernels build no plans.
+    Every pass of this loop gives attention an explicit mask, which torch may hand to cuDNN
+    first on recent GPUs, and cuDNN builds an execution plan for each new shape. The cache
+    grows by a step each pass, so every shape is new the first time through: on an H200,
+    first-round passes took 72-91 ms on average for one token and up to 740 ms for a run of
+    forced tokens, against 21-42 ms once their shapes had been seen (README.md, end to end
+    on a GPU), the signature of such plans. The flash and memory-efficient kernels build
+    none.
 
     The switch is process-wide, so concurrent loops share it: the first to enter turns cuDNN
     off and the last to leave restores what was set before.
