@@ -4,7 +4,8 @@ A flat alternative is a plain conjunction of per-type constraints (no ``allOf``,
 ``oneOf``, ``not``, ``if``, no ``$ref`` with siblings). ``allOf`` is a real merge of
 constraints, ``anyOf`` a union of alternatives, ``not`` is pushed down to the keywords
 (De Morgan), ``oneOf`` is kept exclusive by adding the negation of the other branches
-unless the branches are disjoint, ``if/then/else`` becomes
+unless the branches are disjoint (``_disjoint``: by types, values, or a property told
+apart, looking through ``$ref``s), ``if/then/else`` becomes
 ``(if and then) or (not if and else)``. Subschemas (property values, items, ...) are
 kept as :class:`Sub` conjunctions and normalised only when the translator reaches them,
 which is what lets recursive schemas stay recursive.
@@ -172,6 +173,24 @@ class Reporter(Protocol):
         """Raise: no relaxation exists."""
 
 
+class _ProbeFailed(Exception):
+    """A look through a ``$ref`` met something it cannot flatten."""
+
+
+class _Probe:
+    """The reporter of a look through ``$ref``s: gives up instead of raising or recording."""
+
+    def unsupported(self, keyword: str, pointer: str, message: str) -> NoReturn:
+        raise _ProbeFailed(message)
+
+    def fatal(self, keyword: str, pointer: str, message: str) -> NoReturn:
+        raise _ProbeFailed(message)
+
+
+#: How many ``$ref`` hops ``oneOf`` follows to tell its branches apart.
+_REF_HOPS_COMPARED = 4
+
+
 def _child(pointer: str, *keys: Any) -> str:
     for key in keys:
         pointer += "/" + str(key).replace("~", "~0").replace("/", "~1")
@@ -212,7 +231,13 @@ class Normalizer:
             alternatives = self._product(alternatives, self.flatten(part.schema, part.base, part.pointer, depth), part.pointer, depth)
         return alternatives
 
-    def flatten(self, schema: Any, base: str, pointer: str, depth: int = 0, record: bool = True) -> list[Flat]:
+    def flatten(
+        self, schema: Any, base: str, pointer: str, depth: int = 0, record: bool = True,
+        assumed: frozenset = frozenset(),
+    ) -> list[Flat]:
+        """The alternatives ``schema`` is the union of. ``assumed``: properties the instance
+        is known to have (the ``required`` of schemas applying to it around this one), which
+        tell ``oneOf`` branches apart."""
         if depth > MAX_REF_DEPTH:
             self.reporter.fatal("$ref", pointer, "references nest too deeply (a $ref cycle that never reaches a value?)")
         if schema is True:
@@ -224,27 +249,28 @@ class Normalizer:
         base = self.resolver.base_of(schema, base)
         for keyword in UNSUPPORTED_KEYWORDS & schema.keys():
             self.reporter.unsupported(keyword, _child(pointer, keyword), f"{keyword} is not supported")
+        here = assumed | _required_names(schema)
         if "$ref" in schema:
             target, target_base, target_pointer = self.resolver.resolve(schema["$ref"], base, _child(pointer, "$ref"))
             ref_flat = Flat(ref=Part.of(target, target_base, target_pointer), pointer=pointer)
             siblings = {k: v for k, v in schema.items() if k != "$ref" and k in KEYWORDS and k not in UNSUPPORTED_KEYWORDS}
             if self.legacy_ref_siblings or not siblings:
                 return [ref_flat]
-            inlined = self.flatten(target, target_base, target_pointer, depth + 1)
-            rest = self.flatten(siblings, base, pointer, depth, record=False)
+            inlined = self.flatten(target, target_base, target_pointer, depth + 1, assumed=here)
+            rest = self.flatten(siblings, base, pointer, depth, record=False, assumed=here)
             alternatives = self._product(inlined, rest, pointer, depth)
             return self._recorded(alternatives, schema, base) if record else alternatives
 
         alternatives = [self._keywords(schema, base, pointer)]
         for i, member in enumerate(schema.get("allOf", ())):
-            alternatives = self._product(alternatives, self.flatten(member, base, _child(pointer, "allOf", i), depth), pointer, depth)
+            alternatives = self._product(alternatives, self.flatten(member, base, _child(pointer, "allOf", i), depth, assumed=here), pointer, depth)
         if "anyOf" in schema:
             union = []
             for i, member in enumerate(schema["anyOf"]):
-                union.extend(self.flatten(member, base, _child(pointer, "anyOf", i), depth))
+                union.extend(self.flatten(member, base, _child(pointer, "anyOf", i), depth, assumed=here))
             alternatives = self._product(alternatives, union, pointer, depth)
         if "oneOf" in schema:
-            alternatives = self._product(alternatives, self._one_of(schema["oneOf"], base, _child(pointer, "oneOf"), depth), pointer, depth)
+            alternatives = self._product(alternatives, self._one_of(schema["oneOf"], base, _child(pointer, "oneOf"), depth, here), pointer, depth)
         if "not" in schema:
             negated = self._negation_or_relax(schema["not"], base, _child(pointer, "not"), "not", depth)
             if negated is not None:
@@ -316,11 +342,11 @@ class Normalizer:
         m.sources = a.sources + b.sources
         return [m]
 
-    def _expand_ref(self, flat: Flat, depth: int) -> list[Flat]:
+    def _expand_ref(self, flat: Flat, depth: int, assumed: frozenset = frozenset()) -> list[Flat]:
         if flat.ref is None:
             return [flat]
         part = flat.ref
-        expanded = self.flatten(part.schema, part.base, part.pointer, depth + 1)
+        expanded = self.flatten(part.schema, part.base, part.pointer, depth + 1, assumed=assumed)
         for item in expanded:
             item.sources = item.sources + flat.sources
         return expanded
@@ -471,10 +497,11 @@ class Normalizer:
         return bound
 
     # -- oneOf, not, if -----------------------------------------------------------------------
-    def _one_of(self, branches: list, base: str, pointer: str, depth: int) -> list[Flat]:
-        flattened = [self.flatten(b, base, _child(pointer, i), depth) for i, b in enumerate(branches)]
+    def _one_of(self, branches: list, base: str, pointer: str, depth: int, assumed: frozenset) -> list[Flat]:
+        flattened = [self.flatten(b, base, _child(pointer, i), depth, assumed=assumed) for i, b in enumerate(branches)]
+        compared = [self._through_refs(alternatives, depth, assumed) for alternatives in flattened]
         if all(
-            _disjoint(flattened[i], flattened[j])
+            _disjoint(compared[i], compared[j], assumed)
             for i in range(len(branches))
             for j in range(i + 1, len(branches))
         ):
@@ -483,7 +510,7 @@ class Normalizer:
         for i, branch in enumerate(branches):
             alternatives = flattened[i]
             for j, other in enumerate(branches):
-                if i == j or _disjoint(flattened[i], flattened[j]):
+                if i == j or _disjoint(compared[i], compared[j], assumed):
                     continue
                 negated = self._negation_or_relax(other, base, _child(pointer, j), "oneOf", depth)
                 if negated is None:
@@ -491,6 +518,23 @@ class Normalizer:
                 alternatives = self._product(alternatives, negated, pointer, depth)
             out.extend(alternatives)
         return out
+
+    def _through_refs(self, alternatives: list[Flat], depth: int, assumed: frozenset) -> list[Flat]:
+        """``alternatives`` with each ``$ref`` replaced by what it refers to (a few hops), for
+        telling branches apart: a union of ``$ref``s is how most schemas write one. Where
+        the target cannot be flattened the ``$ref`` stays, which ``_disjoint`` never calls
+        disjoint; nothing is raised or recorded for such a look."""
+        reporter, self.reporter = self.reporter, _Probe()
+        try:
+            for _ in range(_REF_HOPS_COMPARED):
+                if all(flat.ref is None for flat in alternatives) or len(alternatives) > MAX_ALTERNATIVES:
+                    break
+                alternatives = [seen for flat in alternatives for seen in self._expand_ref(flat, depth, assumed)]
+        except _ProbeFailed:
+            pass
+        finally:
+            self.reporter = reporter
+        return alternatives
 
     def _if_then_else(self, schema: dict, base: str, pointer: str, depth: int) -> list[Flat]:
         condition = self.flatten(schema["if"], base, _child(pointer, "if"), depth)
@@ -578,38 +622,34 @@ def type_of(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def _signature(alternatives: list[Flat]) -> tuple[frozenset | None, list | None, dict]:
-    """(possible types, possible values or None, required-property value sets)."""
+def _required_names(schema: dict) -> frozenset:
+    # Draft 3 writes "required": true inside a property's schema instead.
+    required = schema.get("required")
+    return frozenset(name for name in required if isinstance(name, str)) if isinstance(required, list) else frozenset()
+
+
+def _signature(alternatives: list[Flat]) -> tuple[frozenset | None, list | None]:
+    """(possible types, possible values or None); (None, None) for an unresolved ``$ref``."""
     types: set = set()
     values: list | None = []
-    discriminators: dict | None = None
     for flat in alternatives:
         if flat.ref is not None:
-            return None, None, {}
+            return None, None
         flat_types = flat.types if flat.types is not None else TYPE_ATOMS
         if flat.enum is not None:
             flat_types = flat_types & {type_of(v) for v in flat.enum}
         types |= flat_types
         if values is not None:
             values = values + flat.enum if flat.enum is not None else None
-        local: dict = {}
-        for name in flat.required:
-            sub = flat.props.get(name)
-            if sub is None:
-                continue
-            enum = _finite_values(sub)
-            if enum is not None:
-                local[name] = enum
-        if flat_types - {"object"}:
-            local = {}
-        if discriminators is None:
-            discriminators = local
-        else:
-            discriminators = {k: discriminators[k] + v for k, v in local.items() if k in discriminators}
-    return frozenset(types), values, discriminators or {}
+    return frozenset(types), values
 
 
 def _finite_values(sub: Sub) -> list | None:
+    """Values the conjunction ``sub`` admits at most (None: not a finite set we know): a
+    ``const`` or ``enum``, or a string whose ``pattern`` spells one literal (``^Abs$``, as
+    discriminated unions often tag their branches)."""
+    literal = None
+    is_string = False
     for part in sub.parts:
         schema = part.schema
         if isinstance(schema, dict):
@@ -617,50 +657,92 @@ def _finite_values(sub: Sub) -> list | None:
                 return [schema["const"]]
             if "enum" in schema and isinstance(schema["enum"], list):
                 return list(schema["enum"])
-    return None
+            if schema.get("type") in ("string", ["string"]):
+                is_string = True
+            if literal is None:
+                literal = literal_of_pattern(schema.get("pattern"))
+    return [literal] if is_string and literal is not None else None
 
 
-def _disjoint(a: list[Flat], b: list[Flat]) -> bool:
+#: What an ECMA-262 pattern outside a class gives a meaning to; escaped, each is itself.
+_PATTERN_SYNTAX = frozenset("^$\\.*+?()[]{}|")
+
+
+def literal_of_pattern(pattern: Any) -> str | None:
+    """The one string an anchored pattern of plain characters matches (``^Abs$``, ``^a\\.b$``),
+    else None."""
+    if not isinstance(pattern, str) or len(pattern) < 2 or pattern[0] != "^" or pattern[-1] != "$":
+        return None
+    body, text, i = pattern[1:-1], [], 0
+    while i < len(body):
+        char = body[i]
+        if char == "\\":
+            # An escaped syntax character is itself; other escapes are classes or
+            # assertions, and a final backslash escapes the closing dollar.
+            if i + 1 == len(body) or body[i + 1] not in _PATTERN_SYNTAX | {"/", "-"}:
+                return None
+            text.append(body[i + 1])
+            i += 2
+        elif char in _PATTERN_SYNTAX:
+            return None
+        else:
+            text.append(char)
+            i += 1
+    return "".join(text)
+
+
+def _disjoint(a: list[Flat], b: list[Flat], assumed: frozenset = frozenset()) -> bool:
+    """No instance meets both ``a`` and ``b`` (objects among them having the properties
+    ``assumed``). False where that is not known."""
     if not a or not b:
         return True
-    types_a, values_a, disc_a = _signature(a)
-    types_b, values_b, disc_b = _signature(b)
+    types_a, values_a = _signature(a)
+    types_b, values_b = _signature(b)
     if types_a is None or types_b is None:
         return False
     if not types_a & types_b:
         return True
     if values_a is not None and values_b is not None:
         return not any(_member(v, values_b) for v in values_a)
-    if types_a <= {"object"} and types_b <= {"object"}:
-        for name, vals in disc_a.items():
-            if name in disc_b and not any(_member(v, disc_b[name]) for v in vals):
-                return True
-        if _requires_forbidden(a, b) or _requires_forbidden(b, a):
-            return True
-    return False
+    return (types_a <= {"object"} and _keyed_apart(a, b, assumed)) or (
+        types_b <= {"object"} and _keyed_apart(b, a, assumed))
 
 
-def _requires_forbidden(a: list[Flat], b: list[Flat]) -> bool:
-    """Every object of ``a`` has a property that no object of ``b`` may have."""
+def _keyed_apart(a: list[Flat], b: list[Flat], assumed: frozenset) -> bool:
+    """Every object of ``a`` has a property whose value no object of ``b`` may give it: one
+    all of ``a`` require (or ``assumed``), with values from a known finite set (a
+    discriminated union's tag) or any, where ``b`` forbids the property or allows it other
+    values only."""
     common = None
     for flat in a:
         names = set(flat.required)
         common = names if common is None else common & names
-    if not common:
-        return False
-    for name in common:
-        if all(_forbids(flat, name) for flat in b):
+    for name in sorted((common or set()) | assumed):
+        values: list | None = []
+        for flat in a:
+            sub = value_schema(flat, name)
+            found = _finite_values(sub) if sub is not None else None
+            if found is None:
+                values = None
+                break
+            values += found
+        if all(_refuses(flat, name, values) for flat in b):
             return True
     return False
 
 
-def _forbids(flat: Flat, name: str) -> bool:
-    sub = flat.props.get(name)
-    if sub is not None:
-        return sub.is_false()
-    if any(pattern_matches(p, name) for p in flat.patterns):
+def _refuses(flat: Flat, name: str, values: list | None) -> bool:
+    """``flat`` holds no object, forbids property ``name``, or (``values`` known) gives it
+    none of ``values``."""
+    if flat.types is not None and "object" not in flat.types:
+        return True
+    sub = value_schema(flat, name)
+    if sub is None:
         return False
-    return flat.additional is not None and flat.additional.is_false()
+    if sub.is_false():
+        return True
+    allowed = _finite_values(sub) if values is not None else None
+    return allowed is not None and not any(_member(v, allowed) for v in values)
 
 
 #: The type each keyword of ``__not_matching__`` is about.

@@ -27,7 +27,7 @@ _leaf_keywords = st.one_of(
     st.builds(lambda v: {"enum": v}, st.lists(st.sampled_from([None, 1, 2.5, "a", "ab", True, [1], [1, "a"], {"a": 1}, {}]), min_size=1, max_size=3)),
     st.builds(lambda k, n: {k: n}, st.sampled_from(["minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"]), _counts),
     st.builds(lambda k, n: {k: n}, st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]), _numbers),
-    st.builds(lambda p: {"pattern": p}, st.sampled_from(["^a", "b$", "^[a-c]+$", "\\."])),
+    st.builds(lambda p: {"pattern": p}, st.sampled_from(["^a", "b$", "^[a-c]+$", "\\.", "^a$", "^x$"])),
     st.builds(lambda m: {"multipleOf": m}, st.sampled_from([2, 5, 0.1])),
     st.builds(lambda f: {"format": f}, st.sampled_from(["ipv4", "date"])),
     st.builds(lambda names: {"required": names}, st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2, unique=True)),
@@ -77,3 +77,68 @@ def test_random_combinator_schemas_decide_values_as_jsonschema_does(schema):
         if grammar.accepts(json.dumps(value, separators=(",", ":"), ensure_ascii=False)) != validator.is_valid(value)
     ]
     assert not wrong, f"{json.dumps(schema)} decides {wrong} differently from jsonschema"
+
+
+def _decides_as_jsonschema(schema, values):
+    grammar = grammar_from_schema(schema)
+    validator = validator_for_schema(schema)
+    return [
+        value for value in values
+        if grammar.accepts(json.dumps(value, separators=(",", ":"), ensure_ascii=False)) != validator.is_valid(value)
+    ]
+
+
+_KINDS = [f"Kind{i}" for i in range(12)]
+
+
+def test_a_union_tagged_by_literal_patterns_behind_refs_compiles_as_a_plain_union():
+    # Twelve branches kept exclusive by negating the others would expand to far more than
+    # the alternatives allowed; the tags (one literal each) tell them apart.
+    schema = {
+        "type": "object",
+        "additionalProperties": {"oneOf": [{"$ref": f"#/definitions/{kind}"} for kind in _KINDS]},
+        "definitions": {
+            kind: {
+                "type": "object",
+                "properties": {"type": {"type": "string", "pattern": f"^{kind}$"}, "size": {"type": "integer"}},
+                "required": ["type"],
+                "additionalProperties": False,
+            }
+            for kind in _KINDS
+        },
+    }
+    values = [{}, {"m": {"type": "Kind3"}}, {"m": {"type": "Kind11", "size": 2}}, {"m": {"type": "Kind12"}},
+              {"m": {"type": "Kind3x"}}, {"m": {"size": 1}}, {"m": {"type": "Kind3", "other": 1}}, {"m": "Kind3"}]
+    assert not _decides_as_jsonschema(schema, values)
+
+
+def test_a_tag_the_enclosing_object_requires_tells_the_branches_apart():
+    # The branches leave "kind" optional; the object around them requires it.
+    schema = {
+        "type": "object",
+        "required": ["kind"],
+        "allOf": [{"oneOf": [{"type": "object", "properties": {"kind": {"enum": [kind]}, "n": {"type": "integer"}}}
+                             for kind in _KINDS]}],
+    }
+    values = [{"kind": "Kind0"}, {"kind": "Kind7", "n": 1}, {"kind": "Kind7", "n": "x"}, {"kind": "other"}, {}, {"n": 1}]
+    assert not _decides_as_jsonschema(schema, values)
+
+
+def test_branches_an_untagged_object_meets_stay_exclusive():
+    # Neither branch requires "kind": {} meets both, so oneOf refuses it.
+    schema = {"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}}},
+                        {"type": "object", "properties": {"kind": {"const": "b"}}}]}
+    values = [{}, {"kind": "a"}, {"kind": "b"}, {"kind": "c"}, {"other": 1}]
+    assert not _decides_as_jsonschema(schema, values)
+    assert not grammar_from_schema(schema).accepts("{}")
+
+
+def test_only_an_anchored_pattern_of_plain_characters_is_one_literal():
+    from surecall.schema_flatten import literal_of_pattern
+
+    assert literal_of_pattern("^Abs$") == "Abs"
+    assert literal_of_pattern("^a\\.b-c/d$") == "a.b-c/d"
+    assert literal_of_pattern("^\\$$") == "$"
+    assert literal_of_pattern("^$") == ""
+    for pattern in ("^a.b$", "^Abs", "Abs$", "^a|b$", "^\\d$", "^a\\$", "^a+$", "^(a)$", "^[a]$", None, 3):
+        assert literal_of_pattern(pattern) is None, pattern
