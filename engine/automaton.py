@@ -109,6 +109,9 @@ MAX_SEARCH_EXPANSIONS = 200_000
 EXACT_COMPLETION_EXPANSIONS = 32
 SHORT_COMPLETION_WEIGHT = 2
 MAX_PRODUCT_STATES = 20_000
+#: The longest completion (by its cheap upper bound) an intersection's liveness check
+#: searches for as a witness before it expands the product instead.
+WITNESS_MAX_BYTES = 512
 #: Every byte, as the 256-bit sets of bytes ``completion_bound`` spells with.
 ALL_BYTES_MASK = (1 << 256) - 1
 # The bytes of each such set met (one or two: every byte, a vocabulary's single-byte tokens).
@@ -940,6 +943,11 @@ class _Product:
         for part, state in zip(self.parts, states):
             complete = getattr(part, "completion", None)
             if complete is None or state < 0:
+                continue
+            # A completion costs a search step a byte: past a few hundred bytes (a long
+            # minLength) the breadth-first search of the product is the cheaper proof.
+            bound = getattr(part, "completion_bound", None)
+            if bound is not None and bound(state) > WITNESS_MAX_BYTES:
                 continue
             try:
                 witness = complete(state)
