@@ -500,17 +500,18 @@ class Normalizer:
     def _one_of(self, branches: list, base: str, pointer: str, depth: int, assumed: frozenset) -> list[Flat]:
         flattened = [self.flatten(b, base, _child(pointer, i), depth, assumed=assumed) for i, b in enumerate(branches)]
         compared = [self._through_refs(alternatives, depth, assumed) for alternatives in flattened]
-        if all(
-            _disjoint(compared[i], compared[j], assumed)
-            for i in range(len(branches))
-            for j in range(i + 1, len(branches))
-        ):
+        # Each pair once: the negations below read the same answers.
+        apart = {
+            (i, j) for i in range(len(branches)) for j in range(i + 1, len(branches))
+            if _disjoint(compared[i], compared[j], assumed)
+        }
+        if len(apart) == len(branches) * (len(branches) - 1) // 2:
             return [flat for alternatives in flattened for flat in alternatives]
         out: list[Flat] = []
         for i, branch in enumerate(branches):
             alternatives = flattened[i]
             for j, other in enumerate(branches):
-                if i == j or _disjoint(compared[i], compared[j], assumed):
+                if i == j or (min(i, j), max(i, j)) in apart:
                     continue
                 negated = self._negation_or_relax(other, base, _child(pointer, j), "oneOf", depth)
                 if negated is None:
