@@ -50,6 +50,14 @@ WARM_UP_SCHEMA = {
 }
 
 
+def prompt_cases(tokenizer, prompts) -> tuple[dict, dict]:
+    """({prompt name: its schema}, {prompt name: its chat prompt's token ids})."""
+    from bench.cases import builtin_cases
+
+    schemas = {case.id: case.schema for case in builtin_cases([name for name, _ in prompts])}
+    return schemas, {name: chat_prompt(tokenizer, task, schemas[name]) for name, task in prompts}
+
+
 def chat_prompt(tokenizer, task: str, schema: dict) -> list[int]:
     messages = [
         {"role": "system", "content": "Answer with one JSON object that matches this JSON Schema: "
@@ -167,16 +175,14 @@ def _record(name: str, runs: list[dict]) -> dict:
 def run_e2e(engine_names, *, max_tokens: int = 64, device: str | None = None, prompts=PROMPTS,
             log=print) -> dict:
     import surecall
-    from bench.cases import builtin_cases
     from bench.peers import ENGINES, SURECALL_NAMES, CompileError, surecall_available
 
-    schemas = {case.id: case.schema for case in builtin_cases([name for name, _ in prompts])}
     start = time.perf_counter()
     local_model = surecall.load_model(device=device)
     load_s = time.perf_counter() - start
     generator = _Generator(local_model, max_tokens)
     tokenizer = local_model.tokenizer
-    prompt_ids = {name: chat_prompt(tokenizer, task, schemas[name]) for name, task in prompts}
+    schemas, prompt_ids = prompt_cases(tokenizer, prompts)
     processor_class = _logits_processor_class()
     log(f"[e2e] model {local_model.name} on {local_model.device} loaded in {load_s:.1f}s")
 

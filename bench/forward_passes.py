@@ -95,17 +95,14 @@ def run(local_model, *, rounds: int = 3, max_tokens: int = 96, prompts=None, log
     """One row per (round, prompt, loop): the decode result's counts and ``summarize`` of its passes."""
     import torch
 
-    from bench.cases import builtin_cases
-    from bench.e2e_bench import PROMPTS, chat_prompt
+    from bench.e2e_bench import PROMPTS, prompt_cases
     from surecall import grammar_from_schema
     from surecall.adapters.transformers.decode import decode
 
     prompts = PROMPTS if prompts is None else prompts
-    schemas = {case.id: case.schema for case in builtin_cases([name for name, _ in prompts])}
-    prompt_ids = {name: chat_prompt(local_model.tokenizer, task, schemas[name]) for name, task in prompts}
+    schemas, prompt_ids = prompt_cases(local_model.tokenizer, prompts)
     grammars = {name: grammar_from_schema(schemas[name]) for name, _ in prompts}
-    on_cuda = torch.device(local_model.device).type == "cuda"
-    synchronize = torch.cuda.synchronize if on_cuda else (lambda: None)
+    synchronize = torch.cuda.synchronize if torch.device(local_model.device).type == "cuda" else (lambda: None)
 
     seen: set[tuple[int, int]] = set()
     rows = []
