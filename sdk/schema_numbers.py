@@ -217,6 +217,10 @@ def _same_length_between(low: str, high: str) -> Node:
     """Digit strings of one length from ``low`` to ``high`` (as numbers)."""
     if len(low) == 1:
         return _digits(int(low), int(high))
+    if low.strip("0") == "" and high.strip("9") == "":
+        # Every string of the length. Splitting it by its first digit again would branch
+        # twice per digit: 2^19 calls for a bound like 2^63 (a schema's int64 maximum).
+        return repeat(DIGIT, len(low), len(low))
     if low[0] == high[0]:
         return seq(low[0], _same_length_between(low[1:], high[1:]))
     rest = len(low) - 1

@@ -379,6 +379,25 @@ def test_equal_number_is_both_bounds_at_once(value, probes, zeros, negate):
             assert direct.accepts(text) == (Decimal(text) == value), text
 
 
+wide_integers = st.one_of(
+    st.integers(-(2**64), 2**64),
+    st.sampled_from([0, 2**63 - 1, -(2**63), 2**64 - 1, 9223372036854776000, 10**19, 10**19 - 1]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(low=wide_integers, high=wide_integers, probes=st.lists(wide_integers, min_size=1, max_size=6))
+def test_wide_integer_ranges_are_exact(low, high, probes):
+    # int64 bounds (9223372036854775807) are common in real schemas; their digit ranges
+    # are written in a few rules per digit, not split by every digit's value.
+    if low > high:
+        low, high = high, low
+    language = number_language(integer=True, lower=(Decimal(low), False), upper=(Decimal(high), False))
+    accepts = Grammar({"start": language}).accepts
+    for probe in [*probes, low - 1, low, low + 1, high - 1, high, high + 1, 0]:
+        assert accepts(str(probe)) == (low <= probe <= high), (probe, low, high)
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     low=decimals, high=decimals, low_exclusive=st.booleans(), high_exclusive=st.booleans(), integer=st.booleans(),
