@@ -1313,6 +1313,9 @@ def merge_identical_rules(
         for used in used_names:
             users.setdefault(used, set()).add(name)
     position = {name: index for index, name in enumerate(rules)}
+    # The rules merged into each kept one, so that a merge re-points only those (thousands
+    # of rules merge in a large schema: scanning every merge at each one was quadratic).
+    merged_into: dict[str, list[str]] = {}
 
     def merge(name: str, into: str) -> None:
         # ``start`` stays: a twin of it merges into it instead.
@@ -1321,9 +1324,12 @@ def merge_identical_rules(
             first_with[bodies[into]] = into
         merged[name] = into
         users.setdefault(into, set()).update(users.get(name, ()))
-        for earlier, target in merged.items():
-            if target == name:
-                merged[earlier] = into
+        earlier = merged_into.pop(name, [])
+        for other in earlier:
+            merged[other] = into
+        kept = merged_into.setdefault(into, [])
+        kept.extend(earlier)
+        kept.append(name)
         del bodies[name]
 
     newly = []
