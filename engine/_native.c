@@ -877,6 +877,148 @@ done:
     return result;
 }
 
+static const char product_moves_doc[] = (
+"product_moves(rows, index)\n"
+"\n"
+"An intersection's moves from one state: ``rows`` holds each operand's row (256 int32,\n"
+"negative where it dies). Writes to ``index`` (256 int16) each byte's position among the\n"
+"distinct successors, -1 where some operand dies, and returns those successors, tuples of\n"
+"the operands' states in increasing (lexicographic) order.");
+
+#define PRODUCT_MAX_OPERANDS 64
+#define PRODUCT_SLOTS 512
+
+typedef struct {
+    const int32_t *rows[PRODUCT_MAX_OPERANDS];
+    Py_ssize_t count;
+} ProductRows;
+
+/* Compares the successors by bytes ``a`` and ``b`` operand by operand. */
+static int product_compare(const ProductRows *rows, int a, int b) {
+    for (Py_ssize_t i = 0; i < rows->count; i++) {
+        const int32_t x = rows->rows[i][a], y = rows->rows[i][b];
+        if (x != y) {
+            return x < y ? -1 : 1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *product_moves(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *rows_obj;
+    Py_buffer index_view = {0};
+    if (!PyArg_ParseTuple(args, "Ow*:product_moves", &rows_obj, &index_view)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *rows_seq = NULL;
+    Py_buffer views[PRODUCT_MAX_OPERANDS];
+    Py_ssize_t opened = 0;
+    ProductRows rows = {{0}, 0};
+    if (index_view.len != 256 * (Py_ssize_t)sizeof(int16_t)) {
+        PyErr_SetString(PyExc_ValueError, "product_moves: index is not 256 int16");
+        goto done;
+    }
+    rows_seq = PySequence_Fast(rows_obj, "product_moves: rows is not a sequence");
+    if (rows_seq == NULL) {
+        goto done;
+    }
+    rows.count = PySequence_Fast_GET_SIZE(rows_seq);
+    if (rows.count < 1 || rows.count > PRODUCT_MAX_OPERANDS) {
+        PyErr_Format(PyExc_ValueError, "product_moves: 1 to %d rows, not %zd", PRODUCT_MAX_OPERANDS, rows.count);
+        goto done;
+    }
+    for (; opened < rows.count; opened++) {
+        if (get_int32_buffer(PySequence_Fast_GET_ITEM(rows_seq, opened), &views[opened], "a row") < 0) {
+            goto done;
+        }
+        if (views[opened].len != ROW_BYTES) {
+            PyBuffer_Release(&views[opened]);
+            PyErr_SetString(PyExc_ValueError, "product_moves: a row is not 256 int32");
+            goto done;
+        }
+        rows.rows[opened] = (const int32_t *)views[opened].buf;
+    }
+    /* Each live byte finds the first byte with its successor through a hash of the
+     * successor (at most 256 distinct ones in 512 slots). */
+    int16_t slots[PRODUCT_SLOTS];
+    memset(slots, -1, sizeof(slots));
+    int first_of[256];   /* the first byte with the same successor, -1 where one dies */
+    int distinct[256];   /* those first bytes, in byte order */
+    int num_distinct = 0;
+    for (int b = 0; b < 256; b++) {
+        uint64_t h = 0x9E3779B97F4A7C15ull;
+        int alive = 1;
+        for (Py_ssize_t i = 0; i < rows.count; i++) {
+            const int32_t state = rows.rows[i][b];
+            if (state < 0) {
+                alive = 0;
+                break;
+            }
+            h = (h ^ (uint64_t)(uint32_t)state) * 0xBF58476D1CE4E5B9ull;
+            h ^= h >> 29;
+        }
+        if (!alive) {
+            first_of[b] = -1;
+            continue;
+        }
+        size_t j = (size_t)h & (PRODUCT_SLOTS - 1);
+        while (slots[j] >= 0 && product_compare(&rows, slots[j], b) != 0) {
+            j = (j + 1) & (PRODUCT_SLOTS - 1);
+        }
+        if (slots[j] < 0) {
+            slots[j] = (int16_t)b;
+            distinct[num_distinct++] = b;
+        }
+        first_of[b] = slots[j];
+    }
+    /* Insertion sort: a row has few distinct successors. */
+    for (int i = 1; i < num_distinct; i++) {
+        const int moving = distinct[i];
+        int j = i - 1;
+        while (j >= 0 && product_compare(&rows, distinct[j], moving) > 0) {
+            distinct[j + 1] = distinct[j];
+            j--;
+        }
+        distinct[j + 1] = moving;
+    }
+    int position_of[256];
+    result = PyList_New(num_distinct);
+    if (result == NULL) {
+        goto done;
+    }
+    for (int d = 0; d < num_distinct; d++) {
+        position_of[distinct[d]] = d;
+        PyObject *states = PyTuple_New(rows.count);
+        if (states == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < rows.count; i++) {
+            PyObject *state = PyLong_FromLong(rows.rows[i][distinct[d]]);
+            if (state == NULL) {
+                Py_DECREF(states);
+                Py_CLEAR(result);
+                goto done;
+            }
+            PyTuple_SET_ITEM(states, i, state);
+        }
+        PyList_SET_ITEM(result, d, states);
+    }
+    int16_t *index = (int16_t *)index_view.buf;
+    for (int b = 0; b < 256; b++) {
+        index[b] = (int16_t)(first_of[b] < 0 ? -1 : position_of[first_of[b]]);
+    }
+
+done:
+    for (Py_ssize_t i = 0; i < opened; i++) {
+        PyBuffer_Release(&views[i]);
+    }
+    Py_XDECREF(rows_seq);
+    PyBuffer_Release(&index_view);
+    return result;
+}
+
 static PyMethodDef native_methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_VARARGS | METH_KEYWORDS, walk_doc},
     {"run_tails", run_tails, METH_VARARGS, run_tails_doc},
@@ -884,6 +1026,7 @@ static PyMethodDef native_methods[] = {
     {"set_bits", set_bits, METH_VARARGS, set_bits_doc},
     {"bit_ids", bit_ids, METH_VARARGS, bit_ids_doc},
     {"successor_stats", successor_stats, METH_VARARGS, successor_stats_doc},
+    {"product_moves", product_moves, METH_VARARGS, product_moves_doc},
     {"nfa_tables", nfa_tables, METH_VARARGS, nfa_tables_doc},
     {"close", close_items, METH_VARARGS, close_doc},
     {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},

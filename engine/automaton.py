@@ -887,6 +887,11 @@ class _Product:
         if found is None:
             if len(self._move_memo) >= PRODUCT_MOVES_KEPT:
                 self._move_memo.clear()
+            if native.product_moves is not None:
+                index = np.empty(256, dtype=np.int16)
+                successors = native.product_moves([part.row(s) for part, s in zip(self.parts, states)], index)
+                found = self._move_memo[states] = (index, successors)
+                return found
             rows = np.stack([part.row(s) for part, s in zip(self.parts, states)])
             alive = np.all(rows >= 0, axis=0)
             index = np.full(256, -1, dtype=np.int16)

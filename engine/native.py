@@ -2,7 +2,7 @@
 
 ``walk`` is the matcher's trie walk, ``run_tails`` and ``live_exits`` the token groups'
 exit paths, ``successor_stats`` how a configuration's ASCII successors fall by token
-group, ``set_bits`` the packing of token ids into mask words and ``bit_ids`` its undoing; ``states`` the automaton's
+group, ``product_moves`` an intersection's moves from one state, ``set_bits`` the packing of token ids into mask words and ``bit_ids`` its undoing; ``states`` the automaton's
 closure, row scan and interning (``nfa_tables``, ``close``, ``plain_scans``, ``frozen``,
 ``intern_info``; ``successor``, which closes and interns a row entry's configuration in
 the containers an automaton binds to its tables with ``bind``; ``entry`` and ``fill_row``,
@@ -34,4 +34,5 @@ live_exits = _native.live_exits if AVAILABLE else None
 set_bits = _native.set_bits if AVAILABLE else None
 bit_ids = _native.bit_ids if AVAILABLE else None
 successor_stats = _native.successor_stats if AVAILABLE else None
+product_moves = _native.product_moves if AVAILABLE else None
 states = _native if AVAILABLE else None

@@ -1054,3 +1054,47 @@ def test_native_successors_refuses_bad_arguments():
         native.states.successors(tables, automaton.initial, np.zeros(2, dtype=np.uint8), out)
     with pytest.raises(ValueError, match="uint8 or int64"):
         native.states.successors(tables, automaton.initial, np.zeros(1, dtype=np.int32), out)
+
+
+class _FixedRows:
+    """An intersection operand whose every state has the same row."""
+
+    initial = 0
+
+    def __init__(self, row: np.ndarray) -> None:
+        self._row = row
+
+    def row(self, state: int) -> np.ndarray:
+        return self._row
+
+
+_row_values = st.sampled_from([DEAD, 0, 1, 2, 7, automaton_module.MAX_CONFIGS])
+
+
+@pytest.mark.skipif(native.product_moves is None, reason="the native extension is not built")
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_row_values, min_size=256, max_size=256), min_size=1, max_size=5))
+def test_native_product_moves_are_pythons(rows):
+    # The liveness search and the shortest completions read the successors in this order:
+    # the native moves must number them as the numpy path does.
+    arrays = tuple(np.array(row, dtype=np.int32) for row in rows)
+    states = tuple(0 for _ in arrays)
+    native_index, native_successors = automaton_module._Product(tuple(map(_FixedRows, arrays)))._moves(states)
+    kept = native.product_moves
+    automaton_module.native.product_moves = None
+    try:
+        index, successors = automaton_module._Product(tuple(map(_FixedRows, arrays)))._moves(states)
+    finally:
+        automaton_module.native.product_moves = kept
+    assert native_successors == successors
+    assert native_index.tolist() == index.tolist()
+
+
+@pytest.mark.skipif(native.product_moves is None, reason="the native extension is not built")
+def test_native_product_moves_refuse_malformed_rows():
+    row, index = np.zeros(256, dtype=np.int32), np.empty(256, dtype=np.int16)
+    for rows, out in (([], index), ([row[:255]], index), ([row], np.empty(255, dtype=np.int16)), ([row] * 65, index)):
+        with pytest.raises(ValueError):
+            native.product_moves(rows, out)
+    with pytest.raises(TypeError):
+        native.product_moves(5, index)
