@@ -210,6 +210,12 @@ _KEY_ZONES = (
 
 def strings_other_than(values: list[str]) -> Node:
     """JSON string bodies whose decoded value is none of ``values`` (built on a trie)."""
+    # Objects of one shape recur all over a large schema, each naming the same keys.
+    return _strings_other_than(tuple(sorted(set(values))))
+
+
+@lru_cache(maxsize=256)
+def _strings_other_than(values: tuple[str, ...]) -> Node:
     trie: dict = {}
     for value in values:
         node = trie
