@@ -133,6 +133,9 @@ INLINE_LIMIT = 4_000
 #: So is one whose copies past the first would add more positions than this (a member
 #: every state of an any-order object accepts, referenced from each of dozens of them).
 INLINE_COPIES_LIMIT = 50_000
+#: The longest chain of inlined rule references: a rule deeper than this is called
+#: instead (see ``_rules_cutting_deep_chains``).
+MAX_INLINE_DEPTH = 64
 #: Bounded repetitions with at least this upper bound keep one copy of their body and
 #: count the iterations in the items (see ``_NfaBuilder.counts``) instead of unrolling.
 COUNTER_MIN = 4
@@ -357,6 +360,35 @@ class _Nfa:
         )
 
 
+def _rules_cutting_deep_chains(rules: dict[str, Node], references: dict[str, list[str]], called: set[str]) -> set[str]:
+    """Rules to call instead of inline so that no chain of inlined references is longer
+    than ``MAX_INLINE_DEPTH``: inlining (and sizing) follows references recursively, and a
+    long chain (an object's optional properties in order, one rule per position) would
+    exhaust Python's stack. ``called`` are the rules called anyway (the recursive ones, so
+    that what is left to inline is acyclic)."""
+    depth: dict[str, int] = {}  # of a rule's inlined references, itself included
+    cut: set[str] = set()
+    for root in rules:
+        if root in depth or root in called:
+            continue
+        work = [(root, iter(references[root]))]
+        while work:
+            name, used = work[-1]
+            for child in used:
+                if child in rules and child not in called and child not in depth:
+                    work.append((child, iter(references[child])))
+                    break
+            else:
+                work.pop()
+                deepest = max(
+                    (depth[child] for child in references[name] if child in depth and child not in cut), default=0
+                )
+                depth[name] = deepest + 1
+                if depth[name] > MAX_INLINE_DEPTH:
+                    cut.add(name)
+    return cut
+
+
 class _NfaBuilder:
     def __init__(self, rules: dict[str, Node], start: str, references: dict[str, list[str]] | None = None) -> None:
         self.rules = rules
@@ -392,6 +424,7 @@ class _NfaBuilder:
     # -- which rules are called instead of inlined ---------------------------------
     def _choose_called_rules(self) -> set[str]:
         called = set(self.recursive)
+        called |= _rules_cutting_deep_chains(self.rules, self._references, called)
         self.sizes: dict[str, int] = {}
         self.node_sizes: dict[int, int] = {}
         self.ref_counts = ref_counts = {}

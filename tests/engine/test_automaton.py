@@ -1098,3 +1098,18 @@ def test_native_product_moves_refuse_malformed_rows():
             native.product_moves(rows, out)
     with pytest.raises(TypeError):
         native.product_moves(5, index)
+
+
+def test_long_chains_of_inlined_rules_compile_as_calls():
+    # One rule per position, each naming the next (an object's optional properties in
+    # order): inlining follows such a chain recursively, so past a depth rules are called.
+    length = 600
+    rules = "\n".join(f"r{i} ::= ('<{i}>')? r{i + 1};" for i in range(length))
+    grammar = Grammar.from_ebnf(f"start ::= r0;\n{rules}\nr{length} ::= '.';")
+    assert grammar.accepts("<0><7><599>.") and grammar.accepts(".")
+    assert grammar.accepts("".join(f"<{i}>" for i in range(length)) + ".")
+    assert not grammar.accepts("<7><0>.") and not grammar.accepts("<600>.") and not grammar.accepts("<3><3>.")
+    assert len(automaton_module._rules_cutting_deep_chains(
+        {f"r{i}": Ref(f"r{i + 1}") for i in range(length)} | {f"r{length}": Bytes(b".")},
+        {f"r{i}": [f"r{i + 1}"] for i in range(length)} | {f"r{length}": []}, set(),
+    )) == (length + 1) // (automaton_module.MAX_INLINE_DEPTH + 1)

@@ -297,6 +297,17 @@ def test_any_order_objects_reach_the_same_state_after_every_member_while_a_requi
     assert automaton.is_accepting(automaton.step_bytes(after[-1], b'"id":1}'))
 
 
+def test_objects_with_hundreds_of_optional_properties_compile():
+    names = [f"field_{i}" for i in range(300)]
+    properties = {name: {"type": "integer"} for name in names}
+    grammar = grammar_from_schema({"type": "object", "properties": properties, "additionalProperties": False})
+    chosen = {name: i for i, name in enumerate(names) if i % 7 == 3}
+    assert grammar.accepts(json.dumps(chosen, separators=(",", ":")))
+    assert grammar.accepts(json.dumps({name: 1 for name in names}, separators=(",", ":")))
+    assert not grammar.accepts(json.dumps(dict(reversed(list(chosen.items()))), separators=(",", ":")))
+    assert not grammar.accepts('{"field_300":1}')
+
+
 def test_flexible_whitespace_is_bounded():
     grammar = grammar_from_schema({"type": "object", "properties": {"a": {"type": "array"}}}, whitespace="flexible")
     assert grammar.accepts('{ "a" : [ 1 , 2 ] }')
