@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from .errors import GrammarError
 from .ir import (
+    MAX_GROUP_DEPTH,
     Alt,
     AnyToken,
     Bytes,
@@ -75,6 +76,7 @@ class _Parser:
         # instead of concatenating (again allowed inside parentheses there).
         self.in_arguments = False
         self.except_rules: list[_ExceptRule] = []
+        self.group_depth = 0
 
     # -- positions and errors ---------------------------------------------------------
     def location(self, pos: int) -> tuple[int, int]:
@@ -222,9 +224,13 @@ class _Parser:
                 line, column = self.location(quote_pos + 1 + offset)
                 raise type(exc)(exc.message, line=line, column=column, rule=self.rule) from None
         if ch == "(":
+            if self.group_depth >= MAX_GROUP_DEPTH:
+                raise self.error(f"groups nested more than {MAX_GROUP_DEPTH} deep")
             self.pos += 1
             outer, self.in_arguments = self.in_arguments, False
+            self.group_depth += 1
             node = self.alternation()
+            self.group_depth -= 1
             self.in_arguments = outer
             if self.peek() != ")":
                 raise self.error("expected ')'", start)

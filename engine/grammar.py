@@ -24,6 +24,12 @@ _cache: OrderedDict = OrderedDict()
 _cache_lock = Lock()
 
 
+def _nests_too_deeply() -> GrammarError:
+    # Grammars nest only so deep from the parsers and the schema translation; one built
+    # otherwise (IR nodes directly) may nest deeper than the checks and the build recurse.
+    return GrammarError("the grammar nests too deeply to compile")
+
+
 def _cached_automaton(key, rules: dict[str, Node], start: str, text_mode: bool) -> ByteAutomaton:
     cache_key = (key, text_mode)
     with _cache_lock:
@@ -32,7 +38,10 @@ def _cached_automaton(key, rules: dict[str, Node], start: str, text_mode: bool) 
             _cache.move_to_end(cache_key)
             return found
     with collector_paused(promote=True):
-        automaton = ByteAutomaton(build_nfa(rules, start), text_mode=text_mode)
+        try:
+            automaton = ByteAutomaton(build_nfa(rules, start), text_mode=text_mode)
+        except RecursionError:
+            raise _nests_too_deeply() from None
     with _cache_lock:
         _cache[cache_key] = automaton
         while len(_cache) > AUTOMATON_CACHE_SIZE:
@@ -174,7 +183,10 @@ class Grammar:
         checked: set[int] = set()
         for name, node in frozen.items():
             _check_node(node, name, frozen, checked)
-        check_productive(frozen)
+        try:
+            check_productive(frozen)
+        except RecursionError:
+            raise _nests_too_deeply() from None
         self._rules = MappingProxyType(frozen)
         self._start = start
         self._key = (start, tuple(sorted(frozen.items(), key=lambda item: item[0])))

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Iterable, Union
 
 MAX_CODE_POINT = 0x10FFFF
+#: The deepest nesting of groups the parsers accept: the automaton is built by recursion
+#: over a grammar's nesting, and a deeper one would exhaust Python's stack there.
+MAX_GROUP_DEPTH = 100
 
 
 class Node:

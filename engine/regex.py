@@ -29,7 +29,7 @@ import unicodedata
 from functools import lru_cache
 
 from .errors import GrammarError, UnsupportedRegexError
-from .ir import MAX_CODE_POINT, NOTHING, CharSet, Node, alt, chars, literal, repeat, seq
+from .ir import MAX_CODE_POINT, MAX_GROUP_DEPTH, NOTHING, CharSet, Node, alt, chars, literal, repeat, seq
 
 #: Largest repetition count accepted in ``{m,n}``.
 MAX_REPEAT = 10_000
@@ -292,6 +292,8 @@ class _Parser:
                 raise self.error("atomic groups", start, True)
             else:
                 raise self.error("inline flags and other group extensions", start, True)
+        if depth >= MAX_GROUP_DEPTH:
+            raise self.error(f"groups nested more than {MAX_GROUP_DEPTH} deep", start, True)
         node, ended = self.alternation(at_start, depth + 1)
         if self.peek() != ")":
             raise self.error("missing ')'", start)

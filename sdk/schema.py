@@ -188,9 +188,9 @@ def translate_schema(schema: Any, *, whitespace: str = "compact", lenient: bool 
         raise ValueError(f"whitespace must be 'compact', 'flexible' or 'spaced', got {whitespace!r}")
     if property_order not in ("schema", "any"):
         raise ValueError(f"property_order must be 'schema' or 'any', got {property_order!r}")
-    json_schema = to_json_schema(schema)
-    translator = _Translator(json_schema, whitespace=whitespace, lenient=lenient, property_order=property_order)
     try:
+        json_schema = to_json_schema(schema)
+        translator = _Translator(json_schema, whitespace=whitespace, lenient=lenient, property_order=property_order)
         with collector_paused():  # thousands of grammar nodes: see collector_paused
             start = translator.translate_root()
             rules = _prune_unproductive({"start": start, **translator.rules})

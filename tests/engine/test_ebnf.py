@@ -231,3 +231,25 @@ def test_arbitrary_text_parses_or_raises_a_located_grammar_error(pieces):
         assert error.line is not None or error.rule is not None, str(error)
         return
     grammar.accepts("x")
+
+
+def test_groups_nested_past_the_limit_are_an_error_not_a_stack_overflow():
+    from surecall.engine.ir import MAX_GROUP_DEPTH
+
+    def nested(depth: int) -> str:
+        return "start ::= " + "('a' " * depth + ")" * depth + ";"
+
+    assert Grammar.from_ebnf(nested(MAX_GROUP_DEPTH)).accepts("a" * MAX_GROUP_DEPTH)
+    for depth in (MAX_GROUP_DEPTH + 1, 5000):
+        with pytest.raises(GrammarError, match="nested more than") as info:
+            Grammar.from_ebnf(nested(depth))
+        assert info.value.line == 1 and info.value.rule == "start"
+
+
+def test_a_grammar_nesting_deeper_than_the_build_recurses_is_a_grammar_error():
+    for at_least in (0, 1):  # an optional repetition is productive without looking inside
+        node = Bytes(b"a")
+        for _ in range(5000):
+            node = Repeat(alt(node, Bytes(b"c")), at_least, 2)
+        with pytest.raises(GrammarError, match="nests too deeply"):
+            Grammar({"start": node}).accepts("a")

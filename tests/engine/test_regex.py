@@ -155,3 +155,12 @@ def test_arbitrary_patterns_compile_or_raise_a_grammar_error(pattern):
         assert error.column is not None or "never derive" in str(error) or "matches nothing" in str(error), str(error)
         return
     grammar.accepts("ab")
+
+
+def test_groups_nested_past_the_limit_are_refused():
+    from surecall.engine.ir import MAX_GROUP_DEPTH
+
+    assert Grammar.from_regex("(" * MAX_GROUP_DEPTH + "a" + ")" * MAX_GROUP_DEPTH).accepts("a")
+    for depth in (MAX_GROUP_DEPTH + 1, 5000):
+        with pytest.raises(UnsupportedRegexError, match="nested more than"):
+            Grammar.from_regex("(?:" * depth + "a" + ")" * depth)

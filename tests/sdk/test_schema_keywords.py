@@ -697,3 +697,13 @@ def test_sampled_strings_under_negations_validate(index, seed):
         matcher.advance(rng.choice(matcher.allowed_token_ids().tolist()))
     assert matcher.is_accepting()
     assert validator_for_schema(schema).is_valid(json.loads(matcher.text_bytes()))
+
+
+def test_schemas_nesting_past_the_stack_are_refused_clearly():
+    deep: dict = {}
+    for _ in range(3000):
+        deep = {"type": "array", "items": deep}
+    with pytest.raises(UnsupportedSchemaError, match="nest"):
+        grammar_from_schema(deep)
+    with pytest.raises(UnsupportedSchemaError, match="pattern"):
+        grammar_from_schema({"type": "string", "pattern": "(?:" * 500 + "a" + ")" * 500})
