@@ -519,11 +519,19 @@ class _Translator:
         """The values of ``flat.enum`` that meet the rest of ``flat``: its types (narrowed by
         negations, which the validator's schemas do not spell), exclusions, wanted members
         and source schemas."""
+        # The sources' own enum and const are met already: flattening intersected them into
+        # flat.enum. Validated again, each value would be looked up in every value before
+        # it (a 5,000-value enum: 12 million comparisons).
+        sources = [
+            ({key: item for key, item in schema.items() if key not in ("enum", "const")}, base)
+            if isinstance(schema, dict) and ("enum" in schema or "const" in schema) else (schema, base)
+            for schema, base in flat.sources
+        ]
         return [
             v for v in flat.enum
             if (flat.types is None or type_of(v) in flat.types)
             and not _member(v, flat.exclude)
-            and self._valid(v, flat.sources)
+            and self._valid(v, sources)
             and all(self._has_wanted(v, c) for c in flat.some_member)
         ]
 

@@ -707,3 +707,11 @@ def test_schemas_nesting_past_the_stack_are_refused_clearly():
         grammar_from_schema(deep)
     with pytest.raises(UnsupportedSchemaError, match="pattern"):
         grammar_from_schema({"type": "string", "pattern": "(?:" * 500 + "a" + ")" * 500})
+
+
+def test_large_enums_keep_the_values_the_other_keywords_allow():
+    values = [f"v{i}" for i in range(3000)] + [1, 1.0, True]
+    grammar = grammar_from_schema({"enum": values, "maxLength": 3, "allOf": [{"enum": values[:2000] + [1]}]})
+    assert grammar.accepts('"v99"') and grammar.accepts("1")
+    assert not grammar.accepts('"v100"')  # longer than maxLength
+    assert not grammar.accepts('"v2500"') and not grammar.accepts("true")  # outside the allOf's enum
