@@ -829,6 +829,8 @@ OPERAND_CACHE_SIZE = 256
 _operand_cache: dict[Node, "ByteAutomaton"] = {}
 #: Most intersection states whose moves are kept (each holds a 256-entry array).
 PRODUCT_MOVES_KEPT = 4096
+#: The most operands whose moves ``native.product_moves`` finds (past it, numpy does).
+NATIVE_PRODUCT_OPERANDS = 64
 # A key of operand configurations below this takes one more operand within 64 bits.
 _PRODUCT_KEY_LIMIT = (2**63 - 1) // (MAX_CONFIGS + 1) - 1
 
@@ -920,7 +922,7 @@ class _Product:
         if found is None:
             if len(self._move_memo) >= PRODUCT_MOVES_KEPT:
                 self._move_memo.clear()
-            if native.product_moves is not None:
+            if native.product_moves is not None and len(self.parts) <= NATIVE_PRODUCT_OPERANDS:
                 index = np.empty(256, dtype=np.int16)
                 successors = native.product_moves([part.row(s) for part, s in zip(self.parts, states)], index)
                 found = self._move_memo[states] = (index, successors)

@@ -1113,3 +1113,14 @@ def test_long_chains_of_inlined_rules_compile_as_calls():
         {f"r{i}": Ref(f"r{i + 1}") for i in range(length)} | {f"r{length}": Bytes(b".")},
         {f"r{i}": [f"r{i + 1}"] for i in range(length)} | {f"r{length}": []}, set(),
     )) == (length + 1) // (automaton_module.MAX_INLINE_DEPTH + 1)
+
+
+def test_products_of_more_operands_than_the_native_moves_take_are_stepped_in_numpy():
+    count = automaton_module.NATIVE_PRODUCT_OPERANDS + 6
+    rows = [np.full(256, DEAD, dtype=np.int32) for _ in range(count)]
+    for i, row in enumerate(rows):
+        row[ord("a")] = i % 3
+        row[ord("b")] = 1
+    index, successors = automaton_module._Product(tuple(map(_FixedRows, rows)))._moves((0,) * count)
+    assert [successors[index[ord(c)]] for c in "ab"] == [tuple(i % 3 for i in range(count)), (1,) * count]
+    assert (index[[v for v in range(256) if v not in b"ab"]] == -1).all()
