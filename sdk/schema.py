@@ -392,6 +392,7 @@ class _Translator:
         )
         self._validator = None
         self._json_value: Node | None = None
+        self._key_classes: dict[tuple, list[tuple[frozenset, Node]]] = {}
         # An array whose uniqueItems the grammar cannot express was met: the text check enforces it.
         self.unique_at_run_time = False
 
@@ -926,19 +927,49 @@ class _Translator:
         rules: exploring the product finds which of the groups (one per set of patterns)
         any key falls in, and gives each one's language with it.
         """
-        from surecall.engine.automaton import DEAD
-
         patterns = list(flat.patterns)
         # what lenient mode falls back to: unlisted keys with any value
         relaxed = self._member(self._key_language(Flat(pointer=flat.pointer), listed, None), self.json_value())
         if len(patterns) > PATTERN_CLASSES_MAX_PATTERNS:
             self.unsupported("patternProperties", flat.pointer, f"more than {PATTERN_CLASSES_MAX_PATTERNS} patterns next to other keys")
             return relaxed
+        # The negations of a oneOf's branches repeat an object's keys many times over; its
+        # key classes (a product of automata explored byte by byte) are found once.
+        # (A propertyNames subschema is kept in the key with its schemas, so that their
+        # identities, which it compares, stay theirs.)
+        memo_key = (tuple(patterns), tuple(sorted(listed)), flat.property_names)
+        classes = self._key_classes.get(memo_key)
+        if classes is None:
+            classes = self._explore_key_classes(flat, patterns, listed)
+            if classes is None:
+                return relaxed
+            self._key_classes[memo_key] = classes
+        members = []
+        for group, keys in classes:
+            if group:
+                value_schema = None
+                for i in sorted(group):
+                    value_schema = and_subs(value_schema, flat.patterns[patterns[i]])
+                value = self.translate_sub(value_schema)
+            elif flat.additional is not None and flat.additional.is_false():
+                continue
+            else:
+                value = self.translate_sub(flat.additional) if flat.additional is not None else self.json_value()
+            members.append(self._member(keys, value))
+        return alt(*members) if members else NOTHING
+
+    def _explore_key_classes(self, flat: Flat, patterns: list[str], listed: list[str]) -> list[tuple[frozenset, Node]] | None:
+        """(the set of patterns, the keys matching exactly those) for every set some unlisted
+        key matches (see ``_pattern_classes``), by increasing set; None where a pattern or the
+        key automaton cannot be built (lenient mode relaxes then)."""
+        from surecall.engine.automaton import DEAD
+
+        count = len(patterns)
         languages = []
         for pattern in patterns:
             node = self._pattern(pattern, f"{flat.pointer}/patternProperties/{_escape(pattern)}")
             if node is None:
-                return relaxed
+                return None
             languages.append(node)
         if listed:
             languages.append(alt(*(encode_text(name) for name in listed)))
@@ -948,9 +979,8 @@ class _Translator:
             automata = [Grammar({"start": language}).automaton for language in languages]
         except GrammarError as error:
             self.unsupported("patternProperties", flat.pointer, f"cannot build the key automaton: {error}")
-            return relaxed
+            return None
         universe = Grammar({"start": star(COUNTED_STRING_CHAR)}).automaton
-        count = len(patterns)
         listed_index = count if listed else None
         names_index = len(languages) - 1 if flat.property_names is not None else None
 
@@ -977,20 +1007,10 @@ class _Translator:
                 if (listed_index is None or listed_index not in matched) and (names_index is None or names_index in matched):
                     accepting[state] = frozenset(i for i in matched if i < count)
 
-        members = []
-        for group in sorted(set(accepting.values()), key=sorted):
-            keys = self._class_rules(group, start, transitions, accepting)
-            if group:
-                value_schema = None
-                for i in sorted(group):
-                    value_schema = and_subs(value_schema, flat.patterns[patterns[i]])
-                value = self.translate_sub(value_schema)
-            elif flat.additional is not None and flat.additional.is_false():
-                continue
-            else:
-                value = self.translate_sub(flat.additional) if flat.additional is not None else self.json_value()
-            members.append(self._member(keys, value))
-        return alt(*members) if members else NOTHING
+        return [
+            (group, self._class_rules(group, start, transitions, accepting))
+            for group in sorted(set(accepting.values()), key=sorted)
+        ]
 
     def _class_rules(self, group: frozenset, start, transitions: dict, accepting: dict) -> Node:
         names: dict = {}

@@ -715,3 +715,18 @@ def test_large_enums_keep_the_values_the_other_keywords_allow():
     assert grammar.accepts('"v99"') and grammar.accepts("1")
     assert not grammar.accepts('"v100"')  # longer than maxLength
     assert not grammar.accepts('"v2500"') and not grammar.accepts("true")  # outside the allOf's enum
+
+
+def test_objects_with_the_same_key_patterns_keep_their_own_values():
+    # Their key classes are explored once; each object still gives its keys its own values.
+    def shaped(value: dict) -> dict:
+        return {"type": "object", "properties": {"id": {"type": "integer"}}, "patternProperties": {"^x_": value, "_y$": {"type": "boolean"}}}
+
+    grammar = grammar_from_schema({
+        "type": "object",
+        "properties": {"a": shaped({"type": "string"}), "b": shaped({"type": "integer"})},
+        "additionalProperties": False,
+    })
+    assert grammar.accepts('{"a":{"id":1,"x_1":"s"},"b":{"x_1":2,"z_y":true}}')
+    assert not grammar.accepts('{"a":{"x_1":2}}') and not grammar.accepts('{"b":{"x_1":"s"}}')
+    assert not grammar.accepts('{"b":{"x_y":"s"}}')  # both patterns: an integer and a boolean at once
