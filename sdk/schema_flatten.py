@@ -299,7 +299,9 @@ class Normalizer:
         return alternatives
 
     def _product(self, left: list[Flat], right: list[Flat], pointer: str, depth: int) -> list[Flat]:
-        if len(left) * len(right) > MAX_ALTERNATIVES:
+        # A side of one alternative does not multiply the other: a plain union of many
+        # branches (hundreds of tools) grows with the schema, not past it.
+        if min(len(left), len(right)) > 1 and len(left) * len(right) > MAX_ALTERNATIVES:
             self.reporter.fatal("anyOf", pointer, f"the combinators expand to more than {MAX_ALTERNATIVES} alternatives")
         out = []
         for a in left:

@@ -296,3 +296,16 @@ def test_objects_are_closed_except_where_allof_combines_them():
     assert "additionalProperties" not in combined
     assert all("additionalProperties" not in branch for branch in combined["allOf"])
     assert close_objects({"type": "object", "properties": {}, "additionalProperties": {"type": "integer"}})["additionalProperties"] == {"type": "integer"}
+
+
+def test_hundreds_of_tools_make_one_grammar():
+    # A plain union of many tools grows with them; only unions multiplied together are bounded.
+    specs = [
+        ToolSpec(f"tool_{i}", "d", {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}, "required": ["q"]})
+        for i in range(300)
+    ]
+    grammar = tool_call_grammar(HERMES, specs, normalize_tool_choice("required", [s.name for s in specs]))
+    call = '<tool_call>\n{"name": "tool_299", "arguments": {"q": "x", "n": 3}}\n</tool_call>'
+    assert grammar.accepts(call)
+    assert not grammar.accepts(call.replace("tool_299", "tool_300"))
+    assert not grammar.accepts(call.replace('"n": 3', '"n": "3"'))
