@@ -223,6 +223,8 @@ class Normalizer:
         self.reporter = reporter
         self.legacy_ref_siblings = legacy_ref_siblings
         self.conditionals = conditionals
+        # The $ref targets being expanded (see _flatten_target).
+        self._open_targets: set[tuple[int, str]] = set()
 
     # -- entry points -------------------------------------------------------------------
     def flatten_sub(self, sub: Sub, depth: int = 0) -> list[Flat]:
@@ -256,7 +258,7 @@ class Normalizer:
             siblings = {k: v for k, v in schema.items() if k != "$ref" and k in KEYWORDS and k not in UNSUPPORTED_KEYWORDS}
             if self.legacy_ref_siblings or not siblings:
                 return [ref_flat]
-            inlined = self.flatten(target, target_base, target_pointer, depth + 1, assumed=here)
+            inlined = self._flatten_target(target, target_base, target_pointer, depth + 1, here)
             rest = self.flatten(siblings, base, pointer, depth, record=False, assumed=here)
             alternatives = self._product(inlined, rest, pointer, depth)
             return self._recorded(alternatives, schema, base) if record else alternatives
@@ -344,11 +346,26 @@ class Normalizer:
         m.sources = a.sources + b.sources
         return [m]
 
+    def _flatten_target(self, target: Any, base: str, pointer: str, depth: int, assumed: frozenset) -> list[Flat]:
+        """A ``$ref``'s target flattened for the same instance. Flattening never goes down
+        to an instance's members, so meeting the same target again inside its own expansion
+        is a cycle of references that never reaches a value: refused at once, where
+        following it to ``MAX_REF_DEPTH`` took exponentially many looks through the
+        ``oneOf``s on the way."""
+        key = (id(target), base)
+        if key in self._open_targets:
+            self.reporter.fatal("$ref", pointer, "references nest too deeply (a $ref cycle that never reaches a value?)")
+        self._open_targets.add(key)
+        try:
+            return self.flatten(target, base, pointer, depth, assumed=assumed)
+        finally:
+            self._open_targets.discard(key)
+
     def _expand_ref(self, flat: Flat, depth: int, assumed: frozenset = frozenset()) -> list[Flat]:
         if flat.ref is None:
             return [flat]
         part = flat.ref
-        expanded = self.flatten(part.schema, part.base, part.pointer, depth + 1, assumed=assumed)
+        expanded = self._flatten_target(part.schema, part.base, part.pointer, depth + 1, assumed)
         for item in expanded:
             item.sources = item.sources + flat.sources
         return expanded

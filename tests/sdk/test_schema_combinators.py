@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -142,3 +143,18 @@ def test_only_an_anchored_pattern_of_plain_characters_is_one_literal():
     assert literal_of_pattern("^$") == ""
     for pattern in ("^a.b$", "^Abs", "Abs$", "^a|b$", "^\\d$", "^a\\$", "^a+$", "^(a)$", "^[a]$", None, 3):
         assert literal_of_pattern(pattern) is None, pattern
+
+
+def test_a_ref_cycle_that_never_reaches_a_value_is_refused_at_once():
+    # Checking a value against x checks the same value against y, which checks it against
+    # x: a validator loops forever. Followed to the depth limit, every level looked through
+    # the oneOfs' $refs again, exponentially: this one ran for minutes.
+    schema = {
+        "$defs": {
+            "x": {"oneOf": [{"$ref": "#/$defs/y"}, {"type": "string"}, {"const": 1}]},
+            "y": {"oneOf": [{"$ref": "#/$defs/x"}, {"type": "integer"}, {"type": "null"}]},
+        },
+        "$ref": "#/$defs/x",
+    }
+    with pytest.raises(UnsupportedSchemaError, match="references nest too deeply"):
+        grammar_from_schema(schema)
