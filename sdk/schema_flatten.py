@@ -349,8 +349,8 @@ class Normalizer:
     def _flatten_target(self, target: Any, base: str, pointer: str, depth: int, assumed: frozenset) -> list[Flat]:
         """A ``$ref``'s target flattened for the same instance. Flattening never goes down
         to an instance's members, so meeting the same target again inside its own expansion
-        is a cycle of references that never reaches a value: refused at once, where
-        following it to ``MAX_REF_DEPTH`` took exponentially many looks through the
+        is a cycle of references on one value, which a validator loops on: refused at once,
+        where following it to ``MAX_REF_DEPTH`` took exponentially many looks through the
         ``oneOf``s on the way."""
         key = (id(target), base)
         if key in self._open_targets:
