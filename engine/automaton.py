@@ -886,6 +886,26 @@ def _completes(part, state: int, data: bytes) -> bool:
     return bool(part.is_accepting(state))
 
 
+def _numpy_moves(rows: list[np.ndarray]) -> tuple[np.ndarray, list[tuple]]:
+    """``_Product._moves`` of the operands' ``rows`` with numpy: each byte's index among the
+    distinct successors (-1 where an operand dies), and those successors in increasing order."""
+    stacked = np.stack(rows)
+    alive = np.all(stacked >= 0, axis=0)
+    index = np.full(256, -1, dtype=np.int16)
+    columns = stacked[:, alive]
+    successors = []
+    if columns.shape[1]:
+        key = columns[0].astype(np.int64)
+        for row in columns[1:]:
+            if int(key.max()) > _PRODUCT_KEY_LIMIT:
+                _, key = np.unique(key, return_inverse=True)  # renumbered to stay in 64 bits
+            key = key * (MAX_CONFIGS + 1) + row
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        index[alive] = inverse
+        successors = [tuple(column) for column in columns[:, first].T.tolist()]
+    return index, successors
+
+
 class _Product:
     """Regular automata run in lockstep; remembers which state tuples can still finish together."""
 
@@ -922,25 +942,12 @@ class _Product:
         if found is None:
             if len(self._move_memo) >= PRODUCT_MOVES_KEPT:
                 self._move_memo.clear()
-            if native.product_moves is not None and len(self.parts) <= NATIVE_PRODUCT_OPERANDS:
+            rows = [part.row(s) for part, s in zip(self.parts, states)]
+            if native.product_moves is not None and len(rows) <= NATIVE_PRODUCT_OPERANDS:
                 index = np.empty(256, dtype=np.int16)
-                successors = native.product_moves([part.row(s) for part, s in zip(self.parts, states)], index)
-                found = self._move_memo[states] = (index, successors)
-                return found
-            rows = np.stack([part.row(s) for part, s in zip(self.parts, states)])
-            alive = np.all(rows >= 0, axis=0)
-            index = np.full(256, -1, dtype=np.int16)
-            columns = rows[:, alive]
-            successors = []
-            if columns.shape[1]:
-                key = columns[0].astype(np.int64)
-                for row in columns[1:]:
-                    if int(key.max()) > _PRODUCT_KEY_LIMIT:
-                        _, key = np.unique(key, return_inverse=True)  # renumbered to stay in 64 bits
-                    key = key * (MAX_CONFIGS + 1) + row
-                _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-                index[alive] = inverse
-                successors = [tuple(column) for column in columns[:, first].T.tolist()]
+                successors = native.product_moves(rows, index)
+            else:
+                index, successors = _numpy_moves(rows)
             found = self._move_memo[states] = (index, successors)
         return found
 
