@@ -241,7 +241,7 @@ class Normalizer:
         is known to have (the ``required`` of schemas applying to it around this one), which
         tell ``oneOf`` branches apart."""
         if depth > MAX_REF_DEPTH:
-            self.reporter.fatal("$ref", pointer, "references nest too deeply (a $ref cycle that never reaches a value?)")
+            self._refuse_ref_cycle(pointer)
         if schema is True:
             return [Flat(pointer=pointer)]
         if schema is False:
@@ -354,12 +354,15 @@ class Normalizer:
         ``oneOf``s on the way."""
         key = (id(target), base)
         if key in self._open_targets:
-            self.reporter.fatal("$ref", pointer, "references nest too deeply (a $ref cycle that never reaches a value?)")
+            self._refuse_ref_cycle(pointer)
         self._open_targets.add(key)
         try:
             return self.flatten(target, base, pointer, depth, assumed=assumed)
         finally:
             self._open_targets.discard(key)
+
+    def _refuse_ref_cycle(self, pointer: str) -> NoReturn:
+        self.reporter.fatal("$ref", pointer, "references nest too deeply (a $ref cycle that never reaches a value?)")
 
     def _expand_ref(self, flat: Flat, depth: int, assumed: frozenset = frozenset()) -> list[Flat]:
         if flat.ref is None:
