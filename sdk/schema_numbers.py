@@ -266,19 +266,21 @@ def number_language(
         if integer:
             return NOTHING
         parts.append(NON_INTEGER)
-    for value in excluded:
-        parts.append(alt(value_compare(value, "<", integer), value_compare(value, ">", integer)))
-    if not_multiples:
-        # Among the plain spellings (those multiple_of writes, every one of each multiple), the
-        # ones no spelling of a multiple is.
+    if excluded or not_multiples:
+        # Among the plain spellings (those value_compare and multiple_of write, every one of
+        # each value), the ones no spelling of an excluded value or of a multiple is: one
+        # complement for all the values, so that many of them (a negated enum) stay one
+        # operand of the intersection rather than one each.
         parts.append(number_syntax(integer=integer, exponent=False))
-        parts.extend(Complement(multiple_of(step, integer)) for step in not_multiples)
+    if excluded:
+        parts.append(Complement(alt(*(equal_number(value) for value in excluded))))
+    parts.extend(Complement(multiple_of(step, integer)) for step in not_multiples)
     if not parts:
         # Unconstrained plain integers are one regular language, not an intersection (which
         # the automaton steps as a product of its operands).
         return plain if plain is not None else number_syntax(integer=integer, exponent=True)
     if plain is not None:
         parts.append(plain)
-    elif integer and multiple is None and lower is None and upper is None:
+    elif integer and multiple is None and lower is None and upper is None and not (excluded or not_multiples):
         parts.append(number_syntax(integer=True, exponent=False))
     return parts[0] if len(parts) == 1 else Intersect(tuple(parts))

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from surecall.engine import Grammar, GrammarError
+from surecall.engine.ir import Intersect
 from surecall.engine.automaton import DEAD
 from surecall.formats import FORMAT_PATTERNS
 from surecall.schema import (
@@ -441,6 +442,36 @@ def test_number_bounds_are_exact(low, high, low_exclusive, high_exclusive, integ
                 expected = expected and "." not in text
             assert accepts(text) == expected, (text, low, high, low_exclusive, high_exclusive, integer, plain)
 
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    excluded=st.lists(decimals, min_size=1, max_size=12), integer=st.booleans(),
+    probes=st.lists(decimals, min_size=1, max_size=6),
+)
+def test_excluded_values_are_exact(excluded, integer, probes):
+    # A negated enum of numbers: every spelling of every excluded value is refused, every
+    # other number of the type accepted.
+    accepts = Grammar({"start": number_language(integer=integer, excluded=tuple(excluded))}).accepts
+    for probe in [*probes, *excluded, Decimal(0)]:
+        texts = {format(probe, "f"), format(probe.normalize(), "f")}
+        texts |= {text + ".0" for text in texts if "." not in text} | {"-" + text for text in texts if Decimal(text) == 0}
+        for text in texts:
+            value = Decimal(text)
+            expected = value not in excluded and (not integer or value == value.to_integral_value())
+            assert accepts(text) == expected, (text, excluded, integer)
+
+
+def test_many_excluded_values_stay_one_operand():
+    # A negated enum of 500 numbers is one complement, not 500 operands of the product
+    # the automaton steps (which took seconds to compile).
+    excluded = tuple(Decimal(3 * i) for i in range(500))
+    language = number_language(integer=True, excluded=excluded)
+    assert isinstance(language, Intersect) and len(language.items) == 2
+    accepts = Grammar({"start": language}).accepts
+    assert [accepts(text) for text in ("1", "3", "1497", "1500", "-3", "3.0", "4.0")] == [
+        True, False, False, True, True, False, True,
+    ]
 
 def _values_for(schema: dict):
     """A hypothesis strategy for values valid under the simple schemas below."""
