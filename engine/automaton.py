@@ -251,15 +251,16 @@ def _byteset_mask(ranges) -> int:
 # IR -> NFA
 
 
-def recursive_rules(rules: dict[str, Node], references: dict[str, list[str]]) -> set[str]:
-    """Names of rules that can reach themselves through references (Tarjan's SCC);
+def recursive_components(rules: dict[str, Node], references: dict[str, list[str]]) -> list[frozenset[str]]:
+    """The sets of rules that reach each other through references (Tarjan's strongly
+    connected components), those of one rule only where it refers to itself;
     ``references`` holds each rule's ``_references_list``."""
     graph = {name: sorted(set(references[name]) & rules.keys()) for name in rules}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
     stack: list[str] = []
-    result: set[str] = set()
+    result: list[frozenset[str]] = []
     counter = 0
     for root in graph:
         if root in index:
@@ -298,8 +299,45 @@ def recursive_rules(rules: dict[str, Node], references: dict[str, list[str]]) ->
                     if member == name:
                         break
                 if len(component) > 1 or name in graph[name]:
-                    result.update(component)
+                    result.append(frozenset(component))
     return result
+
+
+def regular_cycles(
+    rules: dict[str, Node], components: list[frozenset[str]], *, single_rules: bool
+) -> dict[str, frozenset[str]]:
+    """The rules of each component that refer to each other only as the last thing they
+    match (a right-linear cycle: an automaton written one rule per state), by name. Such
+    a cycle matches a regular language, so it may be inlined as one piece of the NFA, each
+    reference a jump, where calling it would push one return point per reference and
+    build new parse states at every step through it. A rule that refers only to itself
+    counts with ``single_rules`` (where nothing may be called); otherwise it is called and
+    keeps its own jump (see ``_NfaBuilder.build``)."""
+    found: dict[str, frozenset[str]] = {}
+    for component in components:
+        if (single_rules or len(component) > 1) and all(_refers_only_last(rules[name], component) for name in component):
+            found.update(dict.fromkeys(component, component))
+    return found
+
+
+def _refers_only_last(node: Node, names: frozenset[str]) -> bool:
+    """Whether every reference in ``node`` to one of ``names`` is the last thing ``node`` matches."""
+    stack = [(node, True)]
+    while stack:
+        item, last = stack.pop()
+        t = type(item)
+        if t is Ref:
+            if not last and item.name in names:
+                return False
+        elif t is Alt:
+            stack.extend((option, last) for option in item.items)
+        elif t is Seq:
+            stack.extend((part, last and i == len(item.items) - 1) for i, part in enumerate(item.items))
+        elif t is Repeat or t is Complement:
+            stack.append((item.item, False))
+        elif t is Intersect:
+            stack.extend((part, False) for part in item.items)
+    return True
 
 
 class _Nfa:
@@ -390,13 +428,27 @@ def _rules_cutting_deep_chains(rules: dict[str, Node], references: dict[str, lis
 
 
 class _NfaBuilder:
-    def __init__(self, rules: dict[str, Node], start: str, references: dict[str, list[str]] | None = None) -> None:
+    def __init__(
+        self, rules: dict[str, Node], start: str, references: dict[str, list[str]] | None = None, *,
+        call_large_rules: bool = True,
+    ) -> None:
+        """``call_large_rules``: whether a large rule referenced more than once is called
+        rather than copied at each reference (an intersection's operand, which may make no
+        call, copies it)."""
         self.rules = rules
+        self._call_large_rules = call_large_rules
         self.nfa = _Nfa()
         self._references = references if references is not None else {
             name: _references_list(node) for name, node in rules.items()
         }
-        self.recursive = recursive_rules(rules, self._references)
+        components = recursive_components(rules, self._references)
+        # Rules of regular cycles are inlined (see regular_cycles), every other recursive one called.
+        self.cycles = regular_cycles(rules, components, single_rules=not call_large_rules)
+        self.recursive = {name for component in components for name in component if name not in self.cycles}
+        # The entry of each rule of a cycle inlined before, by (rule, continuation, owner).
+        self._cycle_entries: dict[tuple[str, int, int], int] = {}
+        # The positions a cycle is estimated to take (all of its rules are inlined together).
+        self._cycle_sizes: dict[frozenset[str], int] = {}
         self._plain_memo: dict[int, tuple[Node, bool | None]] = {}
         self.called = self._choose_called_rules()
         self.rule_index: dict[str, int] = {}
@@ -424,7 +476,8 @@ class _NfaBuilder:
     # -- which rules are called instead of inlined ---------------------------------
     def _choose_called_rules(self) -> set[str]:
         called = set(self.recursive)
-        called |= _rules_cutting_deep_chains(self.rules, self._references, called)
+        # A cycle is inlined whole, never cut; the chains below it are cut as any others.
+        called |= _rules_cutting_deep_chains(self.rules, self._references, called | self.cycles.keys())
         self.sizes: dict[str, int] = {}
         self.node_sizes: dict[int, int] = {}
         self.ref_counts = ref_counts = {}
@@ -432,16 +485,35 @@ class _NfaBuilder:
             for name in names:
                 ref_counts[name] = ref_counts.get(name, 0) + 1
         self.called = called
+        if self._call_large_rules:
+            for cycle in set(self.cycles.values()):
+                inside = sum(name in cycle for member in cycle for name in self._references[member])
+                copies = sum(ref_counts.get(member, 0) for member in cycle) - inside - 1
+                if copies > 0 and self._too_large_to_copy(self._cycle_size(cycle), copies):
+                    # Called like any other recursion: each rule of it jumps only to itself.
+                    called |= cycle
+                    for member in cycle:
+                        del self.cycles[member]
+                    self._forget_sizes()
         for name in self.rules:
             copies = ref_counts.get(name, 0) - 1
-            if name not in called and copies > 0 and (
-                self.rule_size(name) > INLINE_LIMIT or self.rule_size(name) * copies > INLINE_COPIES_LIMIT
+            if self._call_large_rules and name not in called and name not in self.cycles and copies > 0 and (
+                self._too_large_to_copy(self.rule_size(name), copies)
             ):
                 called.add(name)
-                self.sizes.clear()
-                self.node_sizes.clear()
-                self._plain_memo.clear()
+                self._forget_sizes()
         return called
+
+    @staticmethod
+    def _too_large_to_copy(size: int, copies: int) -> bool:
+        return size > INLINE_LIMIT or size * copies > INLINE_COPIES_LIMIT
+
+    def _forget_sizes(self) -> None:
+        # Sizes depend on which rules are called.
+        self.sizes.clear()
+        self.node_sizes.clear()
+        self._cycle_sizes.clear()
+        self._plain_memo.clear()
 
     def size(self, node: Node) -> int:
         """Estimated number of NFA positions ``node`` expands to (rules inlined where they will be)."""
@@ -466,10 +538,21 @@ class _NfaBuilder:
                 self.node_sizes[id(node)] = found
             return found
         if t is Ref:
-            return 1 if node.name in self.called else self.rule_size(node.name)
+            if node.name in self.called:
+                return 1
+            cycle = self.cycles.get(node.name)
+            return self.rule_size(node.name) if cycle is None else self._cycle_size(cycle)
         if t is CharSet:
             return 8
         return 4
+
+    def _cycle_size(self, cycle: frozenset[str]) -> int:
+        found = self._cycle_sizes.get(cycle)
+        if found is None:
+            # References inside the cycle are jumps: sized as one position while it is summed.
+            self._cycle_sizes[cycle] = 1
+            found = self._cycle_sizes[cycle] = sum(self.size(self.rules[name]) for name in sorted(cycle))
+        return found
 
     def rule_size(self, name: str) -> int:
         if name not in self.sizes:
@@ -507,7 +590,7 @@ class _NfaBuilder:
         elif t is Repeat:
             inner = self._plain_nullable(node.item)
             found = None if inner is None or self.counts(node) else (inner or node.min == 0)
-        elif t is Ref and node.name in self.rules and node.name not in self.called:
+        elif t is Ref and node.name in self.rules and node.name not in self.called and node.name not in self.cycles:
             found = self._plain_nullable(self.rules[node.name])
         else:
             found = None
@@ -693,6 +776,8 @@ class _NfaBuilder:
             if call is None:
                 call = self._emitted[key] = self._new(_CALL, 0, nxt, index)
             return call
+        if name in self.cycles:
+            return self._emit_cycle(name, nxt)
         shared = self._emitted.get((id(self.rules[name]), nxt, self.owner))
         if shared is not None:
             return shared[1]
@@ -710,6 +795,28 @@ class _NfaBuilder:
         if self.ref_counts.get(name, 0) > 1 and name not in self._templates:
             self._templates[name] = self._template(first, entry, nxt, dead_end_before)
         return entry
+
+    def _emit_cycle(self, name: str, nxt: int) -> int:
+        """The entry of rule ``name`` of a regular cycle going on to ``nxt``: every rule of
+        the cycle is emitted once for this continuation, each behind a head of its own,
+        and a reference between them (always the last thing a rule matches) jumps to the
+        head of the rule it names."""
+        key = (name, nxt, self.owner)
+        entry = self._cycle_entries.get(key)
+        if entry is not None:
+            return entry
+        members = sorted(self.cycles[name])
+        heads = {member: self._new(_EPS, out=[]) for member in members}
+        for member, head in heads.items():
+            self._cycle_entries[(member, nxt, self.owner)] = head
+        outer = self.rule
+        try:
+            for member, head in heads.items():
+                self.rule = member
+                self.nfa.out[head].append(self.emit(self.rules[member], nxt))
+        finally:
+            self.rule = outer
+        return heads[name]
 
     def _template(self, first: int, entry: int, nxt: int, dead_end_before: bool):
         """The positions just emitted for an inlined rule, relative to ``first`` (-1: ``nxt``),
@@ -801,32 +908,31 @@ class _NfaBuilder:
         return self._new(_ISECT_ENTER, 0, inside, index)
 
     def _operand(self, item: Node) -> "ByteAutomaton | _ComplementAutomaton":
-        if type(item) is Complement:
-            found = _operand_cache.get(item)
-            if found is None:
-                found = _ComplementAutomaton(self._operand(item.item))
-                if not _references_list(item):
-                    _keep_operand(item, found)
+        # An operand is its expression and the rules it reaches: the same in another
+        # grammar (or another intersection of this one) is the same language, built once.
+        reached = _rules_reached(self.rules, item)
+        key = (item, frozenset(reached.items())) if reached else item
+        found = _operand_cache.get(key)
+        if found is not None:
             return found
-        uses_rules = bool(_references_list(item))
-        if not uses_rules:
-            found = _operand_cache.get(item)
-            if found is not None:
-                return found
-        sub_rules = dict(self.rules) if uses_rules else {}
-        sub_rules["\0operand"] = item
-        sub = _NfaBuilder(sub_rules, "\0operand").build("\0operand")
-        if sub.has_calls or sub.has_any or sub.except_strings:
-            raise GrammarError("intersected expressions must be regular (no recursion, any! or except!)", rule=self.rule)
-        automaton = ByteAutomaton(sub, text_mode=True)
-        if not uses_rules:
-            _keep_operand(item, automaton)
-        return automaton
+        if type(item) is Complement:
+            found = _ComplementAutomaton(self._operand(item.item))
+        else:
+            reached["\0operand"] = item
+            sub = _NfaBuilder(reached, "\0operand", call_large_rules=False).build("\0operand")
+            if sub.has_calls or sub.has_any or sub.except_strings:
+                raise GrammarError(
+                    "intersected expressions must be regular (no recursion, any! or except!)", rule=self.rule
+                )
+            found = ByteAutomaton(sub, text_mode=True)
+        _keep_operand(key, found)
+        return found
 
 
-#: Compiled intersection operands shared between grammars (insertion-ordered, oldest evicted).
+#: Compiled intersection operands shared between grammars (insertion-ordered, oldest evicted),
+#: by expression (and the rules it reaches, where it reaches some).
 OPERAND_CACHE_SIZE = 256
-_operand_cache: dict[Node, "ByteAutomaton"] = {}
+_operand_cache: dict = {}
 #: Most intersection states whose moves are kept (each holds a 256-entry array).
 PRODUCT_MOVES_KEPT = 4096
 #: The most operands whose moves ``native.product_moves`` finds (past it, numpy does).
@@ -835,8 +941,8 @@ NATIVE_PRODUCT_OPERANDS = 64
 _PRODUCT_KEY_LIMIT = (2**63 - 1) // (MAX_CONFIGS + 1) - 1
 
 
-def _keep_operand(item: Node, automaton) -> None:
-    _operand_cache[item] = automaton
+def _keep_operand(key, automaton) -> None:
+    _operand_cache[key] = automaton
     while len(_operand_cache) > OPERAND_CACHE_SIZE:
         _operand_cache.pop(next(iter(_operand_cache)))
 
@@ -1325,6 +1431,18 @@ def _references_list(node: Node) -> list[str]:
         elif t is Repeat or t is Complement:
             stack.append(n.item)
     return out
+
+
+def _rules_reached(rules: dict[str, Node], node: Node) -> dict[str, Node]:
+    """The rules ``node`` refers to, directly or through others (names it does not define left out)."""
+    reached: dict[str, Node] = {}
+    pending = _references_list(node)
+    while pending:
+        name = pending.pop()
+        if name not in reached and name in rules:
+            reached[name] = rules[name]
+            pending.extend(_references_list(rules[name]))
+    return reached
 
 
 def build_nfa(rules: dict[str, Node], start: str) -> _Nfa:

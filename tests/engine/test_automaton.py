@@ -197,6 +197,71 @@ def test_tail_recursion_accepts_what_the_iteration_accepts(rounds, end):
     assert recursive.accepts(text) == looped.accepts(text)
 
 
+
+def _remainder_rules(k: int, prefix: str = "r") -> dict:
+    """Digit strings whose value is a multiple of ``k``, one rule per remainder: each rule
+    refers to the next only as the last thing it matches (a right-linear cycle)."""
+    rules = {}
+    for residue in range(k):
+        options = [seq(literal(str(d)), Ref(f"{prefix}{(10 * residue + d) % k}")) for d in range(10)]
+        rules[f"{prefix}{residue}"] = alt(*options, "") if residue == 0 else alt(*options)
+    return rules
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([3, 7, 12, 13]), st.lists(st.text("0123456789", max_size=8), min_size=1, max_size=3))
+def test_a_right_linear_cycle_of_rules_is_exact(k, numbers):
+    # The cycle referred to from two places, one of them inside a called (recursive) rule.
+    rules = {"start": alt(seq("[", Ref("r0"), "]"), seq("(", Ref("list"), ")")),
+             "list": alt(seq("<", Ref("r0"), ">"), seq("<", Ref("r0"), ">,", Ref("list"))), **_remainder_rules(k)}
+    grammar = Grammar(rules)
+    expected = all(number == "" or int(number) % k == 0 for number in numbers)
+    assert grammar.accepts("(" + ",".join(f"<{number}>" for number in numbers) + ")") is expected
+    assert grammar.accepts(f"[{numbers[0]}]") is (numbers[0] == "" or int(numbers[0]) % k == 0)
+
+
+def test_a_right_linear_cycle_builds_one_parse_state_per_rule():
+    # Inlined as one regular piece, the cycle reaches the same parse states again; called,
+    # it pushed one return point per digit, and every digit built new ones.
+    grammar = Grammar({"start": Ref("r0"), **_remainder_rules(7)})
+    automaton = grammar.automaton
+    for length in (10, 100, 400):
+        assert grammar.accepts("14" * length)  # 14 * (10^2n - 1) / 99, a multiple of 7
+    assert automaton.num_configs <= 7 + 2
+    assert not automaton._nfa.has_calls
+
+
+def test_a_right_linear_cycle_may_be_intersected_and_negated():
+    rules = _remainder_rules(3)
+    three_digits = regex_to_ir("[0-9]{1,3}")
+    multiples = Grammar({**rules, "start": Intersect((three_digits, Ref("r0")))})
+    others = Grammar({**rules, "start": Intersect((three_digits, Complement(Ref("r0"))))})
+    for value in range(0, 1000, 7):
+        assert multiples.accepts(str(value)) is (value % 3 == 0)
+        assert others.accepts(str(value)) is (value % 3 != 0)
+    # A rule referring to itself last is inlined in an operand too (an operand makes no call).
+    digits = {"digits": alt(seq(chars([(0x30, 0x39)]), Ref("digits")), "")}
+    short = Grammar({**digits, "start": Intersect((Ref("digits"), regex_to_ir(".{2,3}")))})
+    assert [short.accepts(text) for text in ("1", "12", "123", "1234", "1a")] == [False, True, True, False, False]
+
+
+def test_a_large_cycle_referred_to_from_several_places_is_called():
+    # Copied at each of its references it would multiply the NFA; called, it stays one copy.
+    rules = {"start": alt(seq("a", Ref("r0"), ";"), seq("b", Ref("r0"), "!"), seq("c", Ref("r0"), "?")),
+             **_remainder_rules(607)}
+    grammar = Grammar(rules)
+    assert grammar.automaton._nfa.has_calls
+    assert grammar.accepts("a1214;") and grammar.accepts("c0?") and not grammar.accepts("b1215!")
+
+
+def test_a_cycle_referring_to_itself_before_its_end_is_still_called():
+    # b refers to a with ")" still to come: not right-linear, so calls keep the return points.
+    rules = {"start": Ref("a"), "a": alt(seq("(", Ref("b")), "x"), "b": seq(Ref("a"), ")")}
+    grammar = Grammar(rules)
+    assert grammar.automaton._nfa.has_calls
+    for text, expected in [("x", True), ("(x)", True), ("((x))", True), ("((x)", False), ("(x))", False)]:
+        assert grammar.accepts(text) is expected, text
+
 def _value(text: str):
     return seq(literal(text), star(chars([(0x61, 0x7A)])))
 
