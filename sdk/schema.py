@@ -68,7 +68,7 @@ from .schema_flatten import (
     type_of,
 )
 from .schema_inputs import SchemaInputError, parse_docstring, to_json_schema
-from .schema_numbers import NumberConstraintError, equal_number, number_language, to_decimal
+from .schema_numbers import NumberConstraintError, common_multiple, equal_number, number_language, to_decimal
 from .schema_strings import (
     ANY_DECODED_CHAR,
     ANY_STRING_BODY,
@@ -591,10 +591,11 @@ class _Translator:
     # -- numbers -----------------------------------------------------------------------------
     def _number(self, flat: Flat, *, integer: bool, non_integer: bool) -> Node:
         multiple = None
-        if len(flat.multiples) > 1:
-            self.unsupported("multipleOf", flat.pointer, "several different multipleOf values on one number")
-        elif flat.multiples:
-            multiple = flat.multiples[0]
+        if flat.multiples:
+            try:
+                multiple = common_multiple(flat.multiples)
+            except NumberConstraintError as error:
+                self.unsupported("multipleOf", flat.pointer, str(error))
         excluded = [to_decimal(v) for v in flat.exclude if isinstance(v, (int, float)) and not isinstance(v, bool)]
         return self._number_language(flat, integer, non_integer, multiple, excluded)
 
@@ -608,6 +609,7 @@ class _Translator:
                 **common,
                 multiple=multiple,
                 not_multiples=tuple(to_decimal(step) for kind, step in flat.not_matching if kind == "multipleOf"),
+                rules=self.rules,
             )
         except NumberConstraintError as error:
             self.unsupported("multipleOf", flat.pointer, str(error))

@@ -3,13 +3,21 @@
 A bound is exact for any decimal value: a number's text is compared with the bound by its
 integer part first, then by its fraction digits (``frac_*`` below). Constrained numbers are
 written without an exponent; an unconstrained ``number`` may use one.
+
+A ``multipleOf`` step is exact for any decimal value too. Steps dividing a power of ten
+(``5``, ``0.01``, ``25``) only read a number's last digits; any other step (``3``, ``0.25``)
+is an automaton over the digits that keeps their remainder by the step, one rule per
+remainder (``residue_rules``), which the engine inlines as one regular piece of the NFA.
 """
 
 from __future__ import annotations
 
+import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 
-from surecall.engine.ir import EMPTY, NOTHING, Complement, Intersect, Node, alt, chars, literal, optional, plus, repeat, seq, star
+from surecall.engine.ir import (
+    EMPTY, NOTHING, Complement, Intersect, Node, Ref, alt, chars, literal, optional, plus, repeat, seq, star,
+)
 
 DIGIT = chars([(0x30, 0x39)])
 NONZERO_DIGIT = chars([(0x31, 0x39)])
@@ -19,6 +27,9 @@ _ZERO_FRACTION = optional(seq(".", plus("0")))
 _ANY_FRACTION = optional(seq(".", plus(DIGIT)))
 
 MAX_MULTIPLE_DIGITS = 4
+#: The most remainders (times the fraction digits read, plus one) a ``multipleOf`` step's
+#: automaton keeps: one grammar rule each.
+MAX_RESIDUE_STATES = 1_000
 
 
 class NumberConstraintError(ValueError):
@@ -128,13 +139,16 @@ def value_compare(bound: Decimal, op: str, integer: bool) -> Node:
     )
 
 
-def _multiples_of_integer(k: int) -> Node:
-    """Unsigned integer texts divisible by ``k`` (k of the form 2^a 5^b, divides 10^n)."""
-    n = 0
-    while (10**n) % k:
-        n += 1
-        if n > MAX_MULTIPLE_DIGITS:
-            raise NumberConstraintError(f"multipleOf {k} is only supported for divisors of 10^{MAX_MULTIPLE_DIGITS}")
+def _power_of_ten_divided(k: int) -> int | None:
+    """The least n with ``k`` dividing 10^n, None past ``MAX_MULTIPLE_DIGITS``."""
+    for n in range(MAX_MULTIPLE_DIGITS + 1):
+        if (10**n) % k == 0:
+            return n
+    return None
+
+
+def _multiples_of_integer(k: int, n: int) -> Node:
+    """Unsigned integer texts divisible by ``k``, which divides 10^n: their last n digits decide."""
     if n == 0:
         return CANONICAL_INT
     small = [literal(str(v)) for v in range(0, 10 ** (n - 1), k)] if n > 1 else [literal("0")]
@@ -144,24 +158,163 @@ def _multiples_of_integer(k: int) -> Node:
     return alt(*small, *exact_length, longer)
 
 
-def multiple_of(step, integer: bool) -> Node:
-    """Signed number texts (no exponent) that are a multiple of ``step``."""
+def _scaled(step: Decimal) -> tuple[int, int]:
+    """(a, p) with ``step`` = a / 10^p, a a positive integer and p >= 0 as small as can be."""
+    # Exact integer arithmetic: Decimal's own normalize() rounds to its context's precision.
+    _sign, digits, exponent = step.as_tuple()
+    coefficient = int("".join(map(str, digits)))
+    while exponent < 0 and coefficient % 10 == 0:
+        coefficient, exponent = coefficient // 10, exponent + 1
+    return (coefficient * 10**exponent, 0) if exponent >= 0 else (coefficient, -exponent)
+
+
+def common_multiple(steps) -> Decimal:
+    """The least positive number every one of ``steps`` divides: a number is a multiple of
+    each of them exactly when it is a multiple of this one."""
+    scaled = [_scaled(positive_step(step)) for step in steps]
+    places = max(p for _a, p in scaled)
+    least = math.lcm(*(a * 10 ** (places - p) for a, p in scaled))
+    return Decimal(f"{least}E-{places}")
+
+
+def positive_step(step) -> Decimal:
     q = to_decimal(step)
     if q <= 0:
         raise NumberConstraintError("multipleOf must be greater than 0")
-    q = q.normalize()
-    sign, digits, exponent = q.as_tuple()
-    coefficient = int("".join(map(str, digits)))
-    if exponent >= 0:
-        magnitude = seq(_multiples_of_integer(coefficient * 10**exponent), _ZERO_FRACTION)
-    elif coefficient == 1 and not integer:
-        places = -exponent
-        magnitude = seq(CANONICAL_INT, optional(seq(".", repeat(DIGIT, 1, places), star("0"))))
-    elif coefficient == 1:
-        magnitude = seq(CANONICAL_INT, _ZERO_FRACTION)
+    return q
+
+
+def multiple_of(step, integer: bool, rules: dict[str, Node] | None = None) -> Node:
+    """Signed number texts (no exponent) that are a multiple of ``step``. A step that divides
+    no power of ten up to 10^MAX_MULTIPLE_DIGITS needs ``rules``, the grammar's rules, to
+    add its remainder automaton to (``residue_rules``)."""
+    a, p = _scaled(positive_step(step))
+    if integer:
+        # An integer x is a multiple of a / 10^p when x * 10^p is one of a.
+        a, p = a // math.gcd(a, 10**p), 0
+    n = _power_of_ten_divided(a)
+    if p == 0 and n is not None:
+        magnitude = seq(_multiples_of_integer(a, n), _ZERO_FRACTION)
+    elif a == 1:
+        magnitude = seq(CANONICAL_INT, optional(seq(".", repeat(DIGIT, 1, p), star("0"))))
+    elif rules is None:
+        raise NumberConstraintError(f"multipleOf {step} needs the grammar's rules for its remainder automaton")
     else:
-        raise NumberConstraintError(f"multipleOf {step} is not supported (only 10^-n and divisors of 10^n)")
+        magnitude = residue_rules(a, p, rules)
     return seq(optional("-"), magnitude)
+
+
+def residue_rules(a: int, p: int, rules: dict[str, Node]) -> Node:
+    """Unsigned number texts x (digits, then an optional fraction) with x * 10^p a multiple
+    of ``a``, as rules added to ``rules`` (named after ``a`` and ``p``, so that a step met
+    again reuses them): one per remainder by ``a`` of the integer digits read, then one per
+    remainder and count of fraction digits read (up to p; past them only zeros).
+    Returns the reference to the first rule."""
+    if a * (p + 1) > MAX_RESIDUE_STATES:
+        raise NumberConstraintError(
+            f"multipleOf {Decimal(a).scaleb(-p)}: its digit automaton would keep {a * (p + 1)} remainders, "
+            f"more than {MAX_RESIDUE_STATES}"
+        )
+    prefix = f"multiple_{a}_e{p}"
+    start = f"{prefix}_start"
+    if start in rules:
+        return Ref(start)
+
+    def digits_then(residue: int, digits: range, count: int | None) -> Node:
+        """A digit read at ``residue``, then the rule of the remainder it leads to: of the
+        integer part (``count`` None) or of ``count`` fraction digits. Digits leading to
+        the same remainder share one character class; past the p-th fraction digit only
+        zeros follow, and only where the remainder is 0."""
+        targets: dict[int, list[int]] = {}
+        for d in digits:
+            targets.setdefault((10 * residue + d) % a, []).append(d)
+        options = []
+        for target, ds in targets.items():
+            if count is None:
+                after = Ref(f"{prefix}_i{target}")
+            elif count < p and (count, target) in finishing:
+                after = Ref(f"{prefix}_f{count}_{target}")
+            elif count == p and target == 0:
+                after = star("0")
+            else:
+                continue
+            options.append(seq(chars([(0x30 + d, 0x30 + d) for d in ds]), after))
+        return alt(*options)
+
+    def ends(residue: int, count: int) -> bool:
+        # Where the text stops after ``count`` fraction digits, x * 10^p is the remainder
+        # times 10 to the digits not written.
+        return residue * 10 ** (p - count) % a == 0
+
+    # (count, remainder) of the fraction states some digits still lead to a multiple from
+    # (a step above 10 leaves some that none do): only those get rules, the grammar
+    # refuses a rule that can never finish.
+    finishing: set[tuple[int, int]] = set()
+    for count in range(p - 1, 0, -1):
+        for residue in range(a):
+            following = ((10 * residue + d) % a for d in range(10))
+            if ends(residue, count) or any(
+                target == 0 if count + 1 == p else (count + 1, target) in finishing for target in following
+            ):
+                finishing.add((count, residue))
+
+    def after_integer(residue: int) -> list[Node]:
+        if p == 0:
+            return [_ZERO_FRACTION] if residue == 0 else []
+        return [seq(".", digits_then(residue, range(10), 1)), *([EMPTY] if ends(residue, 0) else [])]
+
+    for residue in range(a):
+        rules[f"{prefix}_i{residue}"] = alt(digits_then(residue, range(10), None), *after_integer(residue))
+        for count in range(1, p):
+            if (count, residue) in finishing:
+                rules[f"{prefix}_f{count}_{residue}"] = alt(
+                    digits_then(residue, range(10), count + 1), *([EMPTY] if ends(residue, count) else [])
+                )
+    # The integer part is "0" or starts with a non-zero digit.
+    rules[start] = alt(seq("0", alt(*after_integer(0))), digits_then(0, range(1, 10), None))
+    return Ref(start)
+
+    def after_digits(name, residue: int, digits: range) -> Node:
+        # Digits leading to the same remainder share one character class.
+        targets: dict[int, list[int]] = {}
+        for d in digits:
+            targets.setdefault((10 * residue + d) % a, []).append(d)
+        return alt(*(seq(chars([(0x30 + d, 0x30 + d) for d in ds]), Ref(name(target))) for target, ds in targets.items()))
+
+    def integer_part(residue: int) -> str:
+        return f"{prefix}_i{residue}"
+
+    def fraction_part(count: int, residue: int) -> str:
+        return f"{prefix}_f{count}_{residue}"
+
+    def ends(residue: int, count: int) -> bool:
+        # Where the text stops after ``count`` fraction digits, x * 10^p is the remainder
+        # times the digits not written.
+        return residue * 10 ** (p - count) % a == 0
+
+    for residue in range(a):
+        options = [after_digits(integer_part, residue, range(10))]
+        if p == 0:
+            if residue == 0:
+                options.append(_ZERO_FRACTION)
+        else:
+            options.append(seq(".", after_digits(lambda r: fraction_part(1, r), residue, range(10))))
+            if ends(residue, 0):
+                options.append(EMPTY)
+        rules[integer_part(residue)] = alt(*options)
+        for count in range(1, p + 1):
+            if count < p:
+                options = [after_digits(lambda r, c=count: fraction_part(c + 1, r), residue, range(10))]
+                if ends(residue, count):
+                    options.append(EMPTY)
+                body = alt(*options)
+            else:
+                body = star("0") if residue == 0 else NOTHING
+            rules[fraction_part(count, residue)] = body
+    zero = seq("0", Ref(integer_part(0))) if p else seq("0", _ZERO_FRACTION)
+    # The integer part is "0" or starts with a non-zero digit.
+    rules[start] = alt(zero, after_digits(integer_part, 0, range(1, 10)))
+    return Ref(start)
 
 
 NON_INTEGER = seq(optional("-"), CANONICAL_INT, ".", star(DIGIT), NONZERO_DIGIT, star(DIGIT))
@@ -241,13 +394,15 @@ def number_language(
     excluded: tuple[Decimal, ...] = (),
     not_multiples: tuple[Decimal, ...] = (),
     plain_integer: bool = False,
+    rules: dict[str, Node] | None = None,
 ) -> Node:
     """The texts of numbers meeting every given constraint.
 
     ``lower``/``upper`` are ``(bound, exclusive)``; ``excluded`` are values the number must not
     equal, ``not_multiples`` steps it must not be a multiple of (from a negated ``multipleOf``).
     With ``plain_integer`` an integer is written in digits alone (draft-04 and earlier, where
-    ``1.0`` is no integer).
+    ``1.0`` is no integer). ``rules``: the grammar's rules, which steps that divide no power
+    of ten add their automata to (see ``multiple_of``).
     """
     plain = PLAIN_INTEGER if integer and plain_integer else None
     only_bounds = multiple is None and not (non_integer or excluded or not_multiples)
@@ -261,7 +416,7 @@ def number_language(
     if upper is not None:
         parts.append(value_compare(upper[0], "<" if upper[1] else "<=", integer))
     if multiple is not None:
-        parts.append(multiple_of(multiple, integer))
+        parts.append(multiple_of(multiple, integer, rules))
     if non_integer:
         if integer:
             return NOTHING
@@ -274,7 +429,7 @@ def number_language(
         parts.append(number_syntax(integer=integer, exponent=False))
     if excluded:
         parts.append(Complement(alt(*(equal_number(value) for value in excluded))))
-    parts.extend(Complement(multiple_of(step, integer)) for step in not_multiples)
+    parts.extend(Complement(multiple_of(step, integer, rules)) for step in not_multiples)
     if not parts:
         # Unconstrained plain integers are one regular language, not an intersection (which
         # the automaton steps as a product of its operands).

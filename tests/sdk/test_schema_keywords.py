@@ -20,7 +20,7 @@ from surecall.schema import (
     UnsupportedSchemaError,
     grammar_from_schema,
 )
-from surecall.schema_numbers import equal_number, number_language, value_compare
+from surecall.schema_numbers import equal_number, multiple_of, number_language, value_compare
 from surecall.validation import validator_for_schema
 
 
@@ -130,6 +130,10 @@ CASES = {
     ),
     "multipleOf integer": ({"type": "integer", "multipleOf": 5}, [0, 5, -10, 1005], [1, 12, -3]),
     "multipleOf decimal": ({"type": "number", "multipleOf": 0.01}, [1, 1.5, 2.25, -0.07], [1.001, 0.125]),
+    "multipleOf any integer": ({"type": "integer", "multipleOf": 7}, [0, 7, -14, 1001, 7.0], [1, 10, -15, 7.5]),
+    "multipleOf any decimal": ({"type": "number", "multipleOf": 0.25}, [0.25, 1.5, -2.75, 3], [0.1, 1.3, 0.125]),
+    "multipleOf with bounds": ({"type": "integer", "multipleOf": 3, "minimum": 10, "maximum": 30}, [12, 30], [9, 33, 13]),
+    "multipleOf twice": ({"allOf": [{"multipleOf": 4}, {"multipleOf": 0.3}]}, [0, 12, -24, 1.2e2], [4, 0.3, 6, 18]),
     "allOf merges": (
         {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"a": {"minimum": 3}}}]},
         [{"a": 3}, {"a": 7, "b": 1}],
@@ -337,6 +341,15 @@ def test_lenient_lists_exactly_what_was_relaxed(caplog):
     assert strict_parts.relaxations == ()
 
 
+def test_a_multiple_of_step_past_the_automaton_limit_raises():
+    # 0.123456789 would keep 123456789 remainders times 10 fraction positions, one rule each.
+    with pytest.raises(UnsupportedSchemaError, match="multipleOf") as info:
+        grammar_from_schema({"type": "number", "multipleOf": 0.123456789})
+    assert "remainders" in str(info.value)
+    relaxed = grammar_from_schema({"type": "number", "multipleOf": 0.123456789}, lenient=True)
+    assert [r.keyword for r in relaxed.relaxations] == ["multipleOf"]
+
+
 def test_false_schema_is_unsatisfiable():
     with pytest.raises(UnsatisfiableSchemaError):
         grammar_from_schema(False)
@@ -461,6 +474,27 @@ def test_excluded_values_are_exact(excluded, integer, probes):
             expected = value not in excluded and (not integer or value == value.to_integral_value())
             assert accepts(text) == expected, (text, excluded, integer)
 
+
+
+steps = st.one_of(
+    st.integers(1, 120).map(Decimal),
+    st.builds(lambda a, p: Decimal(a).scaleb(-p), st.integers(1, 99), st.integers(1, 3)),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(step=steps, integer=st.booleans(), probes=st.lists(decimals, min_size=1, max_size=8),
+       multiples=st.lists(st.integers(-300, 300), max_size=4))
+def test_multiple_of_any_step_is_exact(step, integer, probes, multiples):
+    # Steps dividing no power of ten up to 10^4 add their remainder automaton to the rules.
+    rules: dict = {}
+    language = multiple_of(step, integer, rules)
+    accepts = Grammar({**rules, "start": language}).accepts
+    for value in [*probes, *(step * m for m in multiples), Decimal(0)]:
+        for text in {format(value, "f"), format(value, "f") + ("" if "." in format(value, "f") else ".0")}:
+            exact = Decimal(text)
+            expected = exact % step == 0 and (not integer or exact == exact.to_integral_value())
+            assert accepts(text) == expected, (text, step, integer)
 
 def test_many_excluded_values_stay_one_operand():
     # A negated enum of 500 numbers is one complement, not 500 operands of the product
