@@ -438,9 +438,10 @@ class _NfaBuilder:
         self.rules = rules
         self._call_large_rules = call_large_rules
         self.nfa = _Nfa()
-        self._references = references if references is not None else {
-            name: _references_list(node) for name, node in rules.items()
-        }
+        if references is None:
+            memo: dict[int, tuple] = {}
+            references = {name: _references_list(node, memo) for name, node in rules.items()}
+        self._references = references
         components = recursive_components(rules, self._references)
         # Rules of regular cycles are inlined (see regular_cycles), every other recursive one called.
         self.cycles = regular_cycles(rules, components, single_rules=not call_large_rules)
@@ -1418,35 +1419,55 @@ def _co_accessible(nfa: _Nfa, graph: _ReverseGraph) -> list[bool]:
     return useful
 
 
-def _references_list(node: Node) -> list[str]:
-    out: list[str] = []
-    stack = [node]
+def _references_list(node: Node, memo: dict[int, tuple] | None = None) -> list[str]:
+    """The rule names ``node`` refers to, once per place (a subtree used at several places
+    counts at each), last items first. Each distinct node is read once: its references
+    are kept in ``memo`` by id (the caller keeps the nodes alive), so a body made of
+    shared subtrees (a schema's rules, whose trees are tens of times their distinct
+    nodes) costs its distinct nodes, not its tree."""
+    if memo is None:
+        memo = {}
+    stack = [(node, False)]
     while stack:
-        n = stack.pop()
-        t = type(n)
+        item, children_done = stack.pop()
+        key = id(item)
+        if key in memo:
+            continue
+        t = type(item)
         if t is Ref:
-            out.append(n.name)
-        elif t is Seq or t is Alt or t is Intersect:
-            stack.extend(n.items)
+            memo[key] = (item.name,)
+            continue
+        if t is Seq or t is Alt or t is Intersect:
+            children = item.items
         elif t is Repeat or t is Complement:
-            stack.append(n.item)
-    return out
+            children = (item.item,)
+        else:
+            memo[key] = ()
+            continue
+        if children_done:
+            memo[key] = tuple(name for child in reversed(children) for name in memo[id(child)])
+        else:
+            stack.append((item, True))
+            stack.extend((child, False) for child in children if id(child) not in memo)
+    return list(memo[id(node)])
 
 
 def _rules_reached(rules: dict[str, Node], node: Node) -> dict[str, Node]:
     """The rules ``node`` refers to, directly or through others (names it does not define left out)."""
     reached: dict[str, Node] = {}
-    pending = _references_list(node)
+    memo: dict[int, tuple] = {}
+    pending = _references_list(node, memo)
     while pending:
         name = pending.pop()
         if name not in reached and name in rules:
             reached[name] = rules[name]
-            pending.extend(_references_list(rules[name]))
+            pending.extend(_references_list(rules[name], memo))
     return reached
 
 
 def build_nfa(rules: dict[str, Node], start: str) -> _Nfa:
-    references = {name: _references_list(node) for name, node in rules.items()}
+    memo: dict[int, tuple] = {}
+    references = {name: _references_list(node, memo) for name, node in rules.items()}
     rules, references = merge_identical_rules(rules, start, references)
     return _NfaBuilder(rules, start, references).build(start)
 

@@ -296,6 +296,37 @@ def _references(rules: dict) -> dict:
     return {name: automaton_module._references_list(body) for name, body in rules.items()}
 
 
+
+def _references_as_a_tree(node) -> list:
+    """Every reference of ``node`` read as a tree, a shared subtree at each of its places."""
+    found = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if type(item) is Ref:
+            found.append(item.name)
+        elif hasattr(item, "items"):
+            stack.extend(item.items)
+        elif hasattr(item, "item"):
+            stack.append(item.item)
+    return found
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_references_of_shared_subtrees_count_at_every_place(data):
+    # Subtrees shared between rules and inside one rule are read once; the references
+    # still come once per place, in the order of a walk of the tree.
+    nodes = [Ref(name) for name in "abc"] + [literal("x")]
+    for _ in range(data.draw(st.integers(1, 12))):
+        parts = data.draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=3))
+        kind = data.draw(st.sampled_from([seq, alt, star]))
+        nodes.append(kind(*parts) if kind is not star else star(parts[0]))
+    rules = {f"r{i}": node for i, node in enumerate(nodes[-4:])}
+    memo: dict = {}
+    for body in rules.values():
+        assert automaton_module._references_list(body, memo) == _references_as_a_tree(body)
+
 def test_rules_merge_once_the_rules_they_refer_to_have():
     # The members differ only by which (equal) value rule they name: they merge in the
     # round after their values do, and the rule naming them in the next.
