@@ -279,6 +279,8 @@ class _Resolver:
         self.documents: dict[str, tuple[Any, str]] = {"": (root, "#")}
         self.anchors: dict[tuple[str, str], tuple[Any, str]] = {}
         self.bases: dict[int, str] = {}
+        # Negations of member schemas, by the member's id (see schema_flatten.negation_of).
+        self.negations: dict[int, tuple[Any, dict]] = {}
         self._index(root, "", "#")
 
     def _index(self, schema: Any, base: str, pointer: str) -> None:
@@ -420,7 +422,10 @@ class _Translator:
         """The grammar of a subschema position; objects and arrays get their own rule."""
         if len(sub.parts) == 1 and sub.parts[0].schema is True:
             return self.json_value()
-        key = tuple(sub.parts)
+        # A position is known by its schemas and their bases: where it was reached from (its
+        # pointer) changes nothing it accepts, and a negated recursive schema reaches the same
+        # member negations again under ever longer pointers (see schema_flatten.negation_of).
+        key = tuple((part.ident, part.base) for part in sub.parts)
         known = self._sub_rules.get(key)
         if known is not None:
             return Ref(known[0])

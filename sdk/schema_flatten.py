@@ -823,6 +823,19 @@ def _negatable_format(name: Any) -> bool:
     return name not in checked_formats()
 
 
+def negation_of(member: Any, resolver) -> dict:
+    """``{"not": member}``, the same dict for the same member schema: a member's negation
+    is worked out when the member itself is translated, not at once with the enclosing
+    one. The negation of a recursive schema (items that refer back to it) is as recursive
+    as the schema, so spelled out at once it never ends; left to its member, it becomes a
+    recursive rule as the schema does, the translator knowing the member again by the
+    identity of this dict. ``resolver.negations`` keeps them (and the members alive)."""
+    found = resolver.negations.get(id(member))
+    if found is None:
+        found = resolver.negations[id(member)] = (member, {"not": member})
+    return found[1]
+
+
 def negate(schema: Any, resolver, base: str, pointer: str, conditionals: bool = True) -> Any:
     """A schema (possibly using ``__types__``/``__exclude__``) matching exactly the values ``schema`` rejects."""
     if schema is True:
@@ -930,15 +943,15 @@ def negate(schema: Any, resolver, base: str, pointer: str, conditionals: bool = 
                 options.append({"allOf": [{"type": "object", "required": [key]}, {"not": dependent}]})
     if use("properties"):
         for name, value in schema["properties"].items():
-            options.append({"type": "object", "required": [name], "properties": {name: negate(value, resolver, base, _child(pointer, "properties", name), conditionals)}})
+            options.append({"type": "object", "required": [name], "properties": {name: negation_of(value, resolver)}})
     if use("items"):
         if "prefixItems" in keys or isinstance(schema["items"], list):
             raise NegationError(pointer, "negating items together with prefixItems")
-        options.append({"type": "array", "contains": negate(schema["items"], resolver, base, _child(pointer, "items"), conditionals)})
+        options.append({"type": "array", "contains": negation_of(schema["items"], resolver)})
     if use("contains"):
         if "minContains" in keys or "maxContains" in keys:
             raise NegationError(pointer, "negating minContains/maxContains")
-        options.append({"type": "array", "items": negate(schema["contains"], resolver, base, _child(pointer, "contains"), conditionals)})
+        options.append({"type": "array", "items": negation_of(schema["contains"], resolver)})
     if use("uniqueItems") and schema["uniqueItems"] is True:
         raise NegationError(pointer, "negating uniqueItems")
     if use("pattern"):

@@ -707,6 +707,51 @@ def test_negating_a_typed_keyword_leaves_the_other_types_alone(keyword, shape):
     assert not wrong, f"{schema}: decided differently from jsonschema: {wrong}"
 
 
+
+# A oneOf between branches that refer back to the schema: each branch is written with the
+# other's negation, whose members refer back to the negated schema again.
+RECURSIVE_ONE_OF = {
+    "definitions": {
+        "node": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 3}},
+            "required": ["name"],
+            "oneOf": [
+                {"properties": {"children": {"type": "array", "items": {"$ref": "#/definitions/node"}}}, "required": ["children"]},
+                {"properties": {"leaves": {"type": "array", "items": {"type": "integer"}}}, "required": ["leaves"]},
+            ],
+        }
+    },
+    "$ref": "#/definitions/node",
+}
+RECURSIVE_ONE_OF_VALUES = [
+    {"name": "a", "children": []},
+    {"name": "a", "leaves": [1, 2]},
+    {"name": "a", "children": [], "leaves": []},
+    {"name": "a"},
+    {"name": "a", "children": [{"name": "b", "leaves": [3]}]},
+    {"name": "a", "children": [{"name": "b", "leaves": [3], "children": []}]},
+    {"name": "a", "children": [{"name": "b", "children": [{"name": "c", "leaves": []}]}]},
+    {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}]},
+    {"name": "a", "children": [{"name": "b", "children": [{"name": "toolong", "leaves": []}]}]},
+    {"name": "a", "children": [{"name": "b", "leaves": ["x"]}]},
+    {"name": "a", "children": 1, "leaves": []},
+    {"name": "a", "children": [{"name": "b", "children": "x"}], "leaves": [1]},
+]
+
+
+def test_a_one_of_of_recursive_branches_is_decided_as_jsonschema_decides():
+    # Negating a branch that refers back to the schema used to spell the negation out
+    # without end (RecursionError, reported as nesting too deeply).
+    grammar = grammar_from_schema(RECURSIVE_ONE_OF, property_order="any")
+    validator = validator_for_schema(RECURSIVE_ONE_OF)
+    for value in RECURSIVE_ONE_OF_VALUES:
+        assert grammar.accepts(dumps(value)) == validator.is_valid(value), value
+    # In the schema's order (for generation) only valid values are accepted.
+    ordered = grammar_from_schema(RECURSIVE_ONE_OF)
+    accepted = [value for value in RECURSIVE_ONE_OF_VALUES if ordered.accepts(dumps(value))]
+    assert accepted and all(validator.is_valid(value) for value in accepted)
+
 NEGATED_STRING_SCHEMAS = [
     {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
     {"type": "string", "not": {"pattern": "[0-9]{2}"}},
