@@ -9,6 +9,7 @@ _EXPORTS = {
     "Grammar": "grammar",
     "CheckedGrammar": "grammar",
     "GrammarError": "errors",
+    "EmptyLanguageError": "errors",
     "UnsupportedRegexError": "errors",
     "TokenBudgetError": "errors",
     "TokenVocabulary": "vocab",

@@ -60,7 +60,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import native
-from .errors import GrammarError
+from .errors import EmptyLanguageError, GrammarError
 from .gc_pause import collector_paused
 from .ir import (
     MAX_CODE_POINT,
@@ -900,7 +900,18 @@ class _NfaBuilder:
     def _emit_intersect(self, node: Intersect, nxt: int) -> int:
         if not node.items:
             raise GrammarError("intersection of nothing", rule=self.rule)
-        parts = tuple(self._operand(item) for item in node.items)
+        operands = []
+        for item in node.items:
+            try:
+                operands.append(self._operand(item))
+            except EmptyLanguageError:
+                if type(item) is not Complement:
+                    # An operand that matches nothing leaves the intersection nothing to match.
+                    return self._nothing()
+                # The complement of nothing is every string: it constrains nothing.
+        if not operands:
+            raise GrammarError("intersection of nothing but complements of nothing", rule=self.rule)
+        parts = tuple(operands)
         index = self._products.get(parts)
         if index is None:
             index = self._products[parts] = len(self.nfa.intersections)
@@ -1751,7 +1762,7 @@ class ByteAutomaton:
         if self.initial == DEAD:
             # Rule checks already exclude unproductive rules; this is what they cannot
             # see: intersections without a common string, classes that match nothing.
-            raise GrammarError("the grammar matches nothing (an intersection or a class is empty)")
+            raise EmptyLanguageError("the grammar matches nothing (an intersection or a class is empty)")
 
     # -- byte classes -----------------------------------------------------------------
     def _byte_classes(self, cid: int) -> tuple:

@@ -42,6 +42,11 @@ def _rebuild(cls, message, line, column, rule):
     return cls(message, line=line, column=column, rule=rule)
 
 
+class EmptyLanguageError(GrammarError):
+    """A grammar whose rules are well formed but that matches no string at all (an
+    intersection without a common string, a class that matches nothing)."""
+
+
 class UnsupportedRegexError(GrammarError):
     """A regular expression uses a feature outside the supported subset (lookaround, backreferences, ...)."""
 

@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any, NoReturn
 from urllib.parse import unquote, urldefrag, urljoin
 
-from surecall.engine.errors import GrammarError
+from surecall.engine.errors import EmptyLanguageError, GrammarError
 from surecall.engine.gc_pause import collector_paused
 from surecall.engine.grammar import CheckedGrammar, Grammar
 from surecall.engine.ir import (
@@ -115,7 +115,7 @@ ANY_ORDER_MAX_PROPERTIES = 8
 ANY_ORDER_MAX_LITERAL_MEMBERS = 5
 """Objects in ``enum``/``const`` with at most this many members are accepted in any order (``property_order="any"``)."""
 
-MAX_WANTED_MEMBERS = 3
+MAX_WANTED_MEMBERS = 5
 """Most kinds of member negations may ask one object for (each way to write a member is
 tried for every set of them it meets)."""
 
@@ -201,9 +201,9 @@ def translate_schema(schema: Any, *, whitespace: str = "compact", lenient: bool 
     try:
         grammar = SchemaGrammar(rules, "start")
         grammar.automaton  # compile now, so a grammar too large to build fails here and not mid-generation
+    except EmptyLanguageError as error:
+        raise UnsatisfiableSchemaError("schema", "#", "the schema admits no value") from error
     except GrammarError as error:
-        if "matches nothing" in str(error):
-            raise UnsatisfiableSchemaError("schema", "#", "the schema admits no value") from error
         raise UnsupportedSchemaError("schema", "#", f"the schema's grammar cannot be built: {error}") from error
     text_check = None
     if translator.unique_at_run_time:
@@ -982,17 +982,25 @@ class _Translator:
             languages.append(alt(*(encode_text(name) for name in listed)))
         if flat.property_names is not None:
             languages.append(self._key_language(Flat(property_names=flat.property_names, pointer=flat.pointer), [], None))
-        try:
-            automata = [Grammar({"start": language}).automaton for language in languages]
-        except GrammarError as error:
-            self.unsupported("patternProperties", flat.pointer, f"cannot build the key automaton: {error}")
-            return None
+        automata = []
+        for language in languages:
+            try:
+                automata.append(Grammar({"start": language}).automaton if language != NOTHING else None)
+            except EmptyLanguageError:
+                # A pattern no key matches, or key conditions no key meets at once (the
+                # conjunction of several members a negation wants): read as never matching.
+                automata.append(None)
+            except GrammarError as error:
+                self.unsupported("patternProperties", flat.pointer, f"cannot build the key automaton: {error}")
+                return None
+        if flat.property_names is not None and automata[-1] is None:
+            return []  # no key meets propertyNames
         universe = Grammar({"start": star(COUNTED_STRING_CHAR)}).automaton
         listed_index = count if listed else None
         names_index = len(languages) - 1 if flat.property_names is not None else None
 
         # explore the product once; record transitions and which patterns accept where
-        start = (tuple(a.initial for a in automata), universe.initial)
+        start = (tuple(DEAD if a is None else a.initial for a in automata), universe.initial)
         transitions: dict = {}
         accepting: dict = {}
         pending, seen = [start], {start}

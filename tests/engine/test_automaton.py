@@ -15,7 +15,7 @@ from surecall.engine import automaton as automaton_module
 from surecall.engine import native
 from surecall.engine.automaton import DEAD, ByteAutomaton, build_nfa, utf8_sequences
 from surecall.engine.ebnf import parse_ebnf
-from surecall.engine.errors import GrammarError
+from surecall.engine.errors import EmptyLanguageError, GrammarError
 from surecall.engine.grammar import Grammar
 from surecall.engine.ir import (
     AnyToken,
@@ -774,6 +774,19 @@ def test_empty_intersection_is_an_error_unless_avoidable():
     g = Grammar({"start": alt(seq("<", too_long, ">"), "ok")})
     assert g.accepts("ok") and not g.accepts("<")
     assert g.automaton.next_bytes(g.automaton.initial) == b"o"
+
+
+def test_an_intersection_with_an_operand_that_matches_nothing_is_one_dead_branch():
+    # The nested intersection of "1" and "2" matches nothing: its branch is dead, the
+    # others stay (it used to leave the whole grammar matching nothing); the complement
+    # of it is every string, so beside a digit class it lets every digit through.
+    empty = Intersect((literal("1"), literal("2")))
+    digit = chars([(0x30, 0x39)])
+    rules = {"start": alt(seq("a", Intersect((digit, empty))), "b", seq("c", Intersect((digit, Complement(empty)))))}
+    grammar = Grammar(rules)
+    assert [grammar.accepts(text) for text in ("b", "a1", "a2", "c5", "c", "cx")] == [True, False, False, True, False, False]
+    with pytest.raises(EmptyLanguageError):
+        Grammar({"start": Intersect((digit, empty))}).automaton
 
 
 def test_intersection_rejects_recursive_operands():

@@ -752,6 +752,25 @@ def test_a_one_of_of_recursive_branches_is_decided_as_jsonschema_decides():
     accepted = [value for value in RECURSIVE_ONE_OF_VALUES if ordered.accepts(dumps(value))]
     assert accepted and all(validator.is_valid(value) for value in accepted)
 
+
+# Negations wanting members whose keys no single key can meet at once (one of 1 or 3, one
+# of 2 or 5): the forms meeting both match no key, and are dropped rather than failing
+# the object (which reported a satisfiable schema as unsatisfiable, or unsupported).
+WANTED_DISJOINT_KEYS = {"anyOf": [{"patternProperties": {"^(1|3)$": False}}, {"patternProperties": {"^(2|5)$": False}}]}
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "patternProperties": {"^[0-9]$": True}, "not": WANTED_DISJOINT_KEYS},
+    {"type": "object", "patternProperties": {"^[0-9]$": {"type": "integer"}}, "additionalProperties": False, "not": WANTED_DISJOINT_KEYS},
+    {"type": "object", "patternProperties": {"^[0-9]$": True}, "additionalProperties": False, "maxProperties": 2,
+     "not": {"anyOf": [*WANTED_DISJOINT_KEYS["anyOf"], {"patternProperties": {"^(1|2)$": False}}]}},
+])
+def test_negations_wanting_members_no_one_key_meets_at_once(schema):
+    grammar = grammar_from_schema(schema, property_order="any")
+    validator = validator_for_schema(schema)
+    for value in [{"1": 1, "2": 2}, {"3": 1, "5": 2}, {"1": 1}, {"1": 1, "2": 2, "7": 3}, {"2": 1, "1": "x"}, {"x": 1, "3": 1, "2": 1}, {}]:
+        assert grammar.accepts(dumps(value)) == validator.is_valid(value), value
+
 NEGATED_STRING_SCHEMAS = [
     {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
     {"type": "string", "not": {"pattern": "[0-9]{2}"}},
