@@ -487,7 +487,8 @@ class _NfaBuilder:
                 ref_counts[name] = ref_counts.get(name, 0) + 1
         self.called = called
         if self._call_large_rules:
-            for cycle in set(self.cycles.values()):
+            # Sorted: string hashes, and so a set's order, differ from process to process.
+            for cycle in sorted(set(self.cycles.values()), key=min):
                 inside = sum(name in cycle for member in cycle for name in self._references[member])
                 copies = sum(ref_counts.get(member, 0) for member in cycle) - inside - 1
                 if copies > 0 and self._too_large_to_copy(self._cycle_size(cycle), copies):
