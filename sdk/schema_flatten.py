@@ -374,7 +374,14 @@ class Normalizer:
         return expanded
 
     def _merge_objects(self, m: Flat, a: Flat, b: Flat, pointer: str) -> None:
-        if (a.patterns and b.additional is not None) or (b.patterns and a.additional is not None):
+        # An unlisted key takes additionalProperties on a side where it matches none of
+        # that side's patterns. With the same patterns on both sides it matches the same
+        # ones on each, so the merge below (patterns and additionalProperties each
+        # conjoined) is exact; otherwise one side's additionalProperties would be owed
+        # to keys matching only the other side's patterns, which one object cannot say.
+        if a.patterns.keys() != b.patterns.keys() and (
+            (a.patterns and b.additional is not None) or (b.patterns and a.additional is not None)
+        ):
             self.reporter.fatal("allOf", pointer, "cannot merge patternProperties with another schema's additionalProperties")
         props: dict = {}
         for name in list(a.props) + [n for n in b.props if n not in a.props]:

@@ -771,6 +771,19 @@ def test_negations_wanting_members_no_one_key_meets_at_once(schema):
     for value in [{"1": 1, "2": 2}, {"3": 1, "5": 2}, {"1": 1}, {"1": 1, "2": 2, "7": 3}, {"2": 1, "1": "x"}, {"x": 1, "3": 1, "2": 1}, {}]:
         assert grammar.accepts(dumps(value)) == validator.is_valid(value), value
 
+
+def test_all_of_objects_with_the_same_patterns_merge_exactly():
+    # Both sides have the same patternProperties, one of them additionalProperties too: a
+    # key matches the same patterns on each side, so the merge is exact (it used to raise).
+    schema = {"allOf": [
+        {"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False},
+        {"patternProperties": {"^x": {"minimum": 2}}, "properties": {"y": {"type": "string"}}},
+    ]}
+    grammar = grammar_from_schema(schema, property_order="any")
+    validator = validator_for_schema(schema)
+    for value in [{"xa": 2}, {"xa": 1}, {"xa": 2.5}, {"y": "s"}, {"z": 1}, {"xa": 3, "xb": 4}, {}, {"xa": "s"}]:
+        assert grammar.accepts(dumps(value)) == validator.is_valid(value), value
+
 NEGATED_STRING_SCHEMAS = [
     {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
     {"type": "string", "not": {"pattern": "[0-9]{2}"}},
