@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
+from functools import lru_cache
 
 from surecall.engine.ir import (
-    EMPTY, NOTHING, Complement, Intersect, Node, Ref, alt, chars, literal, optional, plus, repeat, seq, star,
+    EMPTY, NOTHING, ByteSet, Complement, Intersect, Node, Ref, Seq, alt, chars, literal, optional, plus, repeat, seq, star,
 )
 
 DIGIT = chars([(0x30, 0x39)])
@@ -204,6 +205,19 @@ def multiple_of(step, integer: bool, rules: dict[str, Node] | None = None) -> No
     return seq(optional("-"), magnitude)
 
 
+@lru_cache(maxsize=1024)
+def _digit_bytes(digits: tuple[int, ...]) -> ByteSet:
+    """The ASCII digits ``digits`` (ascending) as one byte class: a thousand remainder rules
+    of ten digits each build faster from byte classes than from code-point classes."""
+    ranges: list[tuple[int, int]] = []
+    for d in digits:
+        if ranges and ranges[-1][1] == 0x30 + d - 1:
+            ranges[-1] = (ranges[-1][0], 0x30 + d)
+        else:
+            ranges.append((0x30 + d, 0x30 + d))
+    return ByteSet(tuple(ranges))
+
+
 def residue_rules(a: int, p: int, rules: dict[str, Node]) -> Node:
     """Unsigned number texts x (digits, then an optional fraction) with x * 10^p a multiple
     of ``a``, as rules added to ``rules`` (named after ``a`` and ``p``, so that a step met
@@ -238,7 +252,7 @@ def residue_rules(a: int, p: int, rules: dict[str, Node]) -> Node:
                 after = star("0")
             else:
                 continue
-            options.append(seq(chars([(0x30 + d, 0x30 + d) for d in ds]), after))
+            options.append(Seq((_digit_bytes(tuple(ds)), after)))
         return alt(*options)
 
     def ends(residue: int, count: int) -> bool:
