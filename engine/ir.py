@@ -210,6 +210,17 @@ def plus(item: Expr) -> Node:
     return repeat(item, 1, None)
 
 
+def byte_set(values: Iterable[int]) -> ByteSet:
+    """Exactly one of the bytes ``values``, runs of consecutive values as one range."""
+    ranges: list[tuple[int, int]] = []
+    for value in sorted(values):
+        if ranges and value == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], value)
+        else:
+            ranges.append((value, value))
+    return ByteSet(tuple(ranges))
+
+
 def chars(ranges: Iterable[tuple[int, int]], negated: bool = False) -> CharSet:
     """A set of code points, ranges normalised (sorted, merged)."""
     merged: list[tuple[int, int]] = []

@@ -37,7 +37,6 @@ from surecall.engine.ir import (
     NOTHING,
     Alt,
     Bytes,
-    ByteSet,
     Complement,
     Intersect,
     Node,
@@ -45,6 +44,7 @@ from surecall.engine.ir import (
     Repeat,
     Seq,
     alt,
+    byte_set,
     chars,
     literal,
     optional,
@@ -1038,7 +1038,7 @@ class _Translator:
             options: list[Node] = [EMPTY] if accepting.get(state) == group else []
             for target, byte_list in transitions[state].items():
                 if target in useful:
-                    options.append(seq(ByteSet(_byte_ranges(byte_list)), Ref(names[target])))
+                    options.append(seq(byte_set(byte_list), Ref(names[target])))
             self.rules[names[state]] = alt(*options) if options else NOTHING
         return Ref(names[start])
 
@@ -1319,16 +1319,6 @@ def _co_reachable(targets: set, transitions: dict) -> set:
                 found.add(previous)
                 pending.append(previous)
     return found
-
-
-def _byte_ranges(values: list[int]) -> tuple[tuple[int, int], ...]:
-    ranges: list[tuple[int, int]] = []
-    for value in sorted(values):
-        if ranges and value == ranges[-1][1] + 1:
-            ranges[-1] = (ranges[-1][0], value)
-        else:
-            ranges.append((value, value))
-    return tuple(ranges)
 
 
 def _structured(flat: Flat) -> bool:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
-from functools import lru_cache
 
 from surecall.engine.ir import (
-    EMPTY, NOTHING, ByteSet, Complement, Intersect, Node, Ref, Seq, alt, chars, literal, optional, plus, repeat, seq, star,
+    EMPTY, NOTHING, Complement, Intersect, Node, Ref, Seq, alt, byte_set, chars, literal, optional, plus, repeat, seq,
+    star,
 )
 
 DIGIT = chars([(0x30, 0x39)])
@@ -205,19 +205,6 @@ def multiple_of(step, integer: bool, rules: dict[str, Node] | None = None) -> No
     return seq(optional("-"), magnitude)
 
 
-@lru_cache(maxsize=1024)
-def _digit_bytes(digits: tuple[int, ...]) -> ByteSet:
-    """The ASCII digits ``digits`` (ascending) as one byte class: a thousand remainder rules
-    of ten digits each build faster from byte classes than from code-point classes."""
-    ranges: list[tuple[int, int]] = []
-    for d in digits:
-        if ranges and ranges[-1][1] == 0x30 + d - 1:
-            ranges[-1] = (ranges[-1][0], 0x30 + d)
-        else:
-            ranges.append((0x30 + d, 0x30 + d))
-    return ByteSet(tuple(ranges))
-
-
 def residue_rules(a: int, p: int, rules: dict[str, Node]) -> Node:
     """Unsigned number texts x (digits, then an optional fraction) with x * 10^p a multiple
     of ``a``, as rules added to ``rules`` (named after ``a`` and ``p``, so that a step met
@@ -252,7 +239,7 @@ def residue_rules(a: int, p: int, rules: dict[str, Node]) -> Node:
                 after = star("0")
             else:
                 continue
-            options.append(Seq((_digit_bytes(tuple(ds)), after)))
+            options.append(Seq((byte_set(0x30 + d for d in ds), after)))
         return alt(*options)
 
     def ends(residue: int, count: int) -> bool:
@@ -286,48 +273,6 @@ def residue_rules(a: int, p: int, rules: dict[str, Node]) -> Node:
                 )
     # The integer part is "0" or starts with a non-zero digit.
     rules[start] = alt(seq("0", alt(*after_integer(0))), digits_then(0, range(1, 10), None))
-    return Ref(start)
-
-    def after_digits(name, residue: int, digits: range) -> Node:
-        # Digits leading to the same remainder share one character class.
-        targets: dict[int, list[int]] = {}
-        for d in digits:
-            targets.setdefault((10 * residue + d) % a, []).append(d)
-        return alt(*(seq(chars([(0x30 + d, 0x30 + d) for d in ds]), Ref(name(target))) for target, ds in targets.items()))
-
-    def integer_part(residue: int) -> str:
-        return f"{prefix}_i{residue}"
-
-    def fraction_part(count: int, residue: int) -> str:
-        return f"{prefix}_f{count}_{residue}"
-
-    def ends(residue: int, count: int) -> bool:
-        # Where the text stops after ``count`` fraction digits, x * 10^p is the remainder
-        # times the digits not written.
-        return residue * 10 ** (p - count) % a == 0
-
-    for residue in range(a):
-        options = [after_digits(integer_part, residue, range(10))]
-        if p == 0:
-            if residue == 0:
-                options.append(_ZERO_FRACTION)
-        else:
-            options.append(seq(".", after_digits(lambda r: fraction_part(1, r), residue, range(10))))
-            if ends(residue, 0):
-                options.append(EMPTY)
-        rules[integer_part(residue)] = alt(*options)
-        for count in range(1, p + 1):
-            if count < p:
-                options = [after_digits(lambda r, c=count: fraction_part(c + 1, r), residue, range(10))]
-                if ends(residue, count):
-                    options.append(EMPTY)
-                body = alt(*options)
-            else:
-                body = star("0") if residue == 0 else NOTHING
-            rules[fraction_part(count, residue)] = body
-    zero = seq("0", Ref(integer_part(0))) if p else seq("0", _ZERO_FRACTION)
-    # The integer part is "0" or starts with a non-zero digit.
-    rules[start] = alt(zero, after_digits(integer_part, 0, range(1, 10)))
     return Ref(start)
 
 
