@@ -923,7 +923,8 @@ class _NfaBuilder:
     def _operand(self, item: Node) -> "ByteAutomaton | _ComplementAutomaton":
         # An operand is its expression and the rules it reaches: the same in another
         # grammar (or another intersection of this one) is the same language, built once.
-        reached = _rules_reached(self.rules, item)
+        used = _references_list(item)
+        reached = _rules_reached(self.rules, self._references, used)
         key = (item, frozenset(reached.items())) if reached else item
         found = _operand_cache.get(key)
         if found is not None:
@@ -931,8 +932,9 @@ class _NfaBuilder:
         if type(item) is Complement:
             found = _ComplementAutomaton(self._operand(item.item))
         else:
-            reached["\0operand"] = item
-            sub = _NfaBuilder(reached, "\0operand", call_large_rules=False).build("\0operand")
+            references = {name: self._references[name] for name in reached}
+            reached["\0operand"], references["\0operand"] = item, used
+            sub = _NfaBuilder(reached, "\0operand", references, call_large_rules=False).build("\0operand")
             if sub.has_calls or sub.has_any or sub.except_strings:
                 raise GrammarError(
                     "intersected expressions must be regular (no recursion, any! or except!)", rule=self.rule
@@ -1464,16 +1466,16 @@ def _references_list(node: Node, memo: dict[int, tuple] | None = None) -> list[s
     return list(memo[id(node)])
 
 
-def _rules_reached(rules: dict[str, Node], node: Node) -> dict[str, Node]:
-    """The rules ``node`` refers to, directly or through others (names it does not define left out)."""
+def _rules_reached(rules: dict[str, Node], references: dict[str, list[str]], used: list[str]) -> dict[str, Node]:
+    """The rules reached from the names ``used``, directly or through others (names
+    ``rules`` does not define left out); ``references`` holds each rule's ``_references_list``."""
     reached: dict[str, Node] = {}
-    memo: dict[int, tuple] = {}
-    pending = _references_list(node, memo)
+    pending = list(used)
     while pending:
         name = pending.pop()
         if name not in reached and name in rules:
             reached[name] = rules[name]
-            pending.extend(_references_list(rules[name], memo))
+            pending.extend(references[name])
     return reached
 
 
