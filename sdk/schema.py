@@ -647,19 +647,15 @@ class _Translator:
         return parts[0] if len(parts) == 1 else Intersect(tuple(parts))
 
     def _pattern(self, pattern: Any, pointer: str) -> Node | None:
-        from surecall.engine.regex import regex_to_ir
-
         if not isinstance(pattern, str):
             self.fatal("pattern", pointer, "pattern must be a string")
         try:
             branches = []
             for branch in _top_level_alternatives(pattern):
                 body, anchored_start, anchored_end = _strip_anchors(branch)
-                node = regex_to_ir(body) if body else EMPTY
                 branches.append(seq(
                     EMPTY if anchored_start else star(ANY_DECODED_CHAR),
-                    node,
-                    EMPTY if anchored_end else star(ANY_DECODED_CHAR),
+                    _text_from_here(body, anchored_start, anchored_end),
                 ))
             return encode_regular(alt(*branches))
         except (GrammarError, EncodingError, RecursionError) as error:
@@ -1355,6 +1351,101 @@ def _top_level_alternatives(pattern: str) -> list[str]:
         i += 1
     branches.append(pattern[start:])
     return branches
+
+
+def _text_from_here(body: str, at_start: bool, anchored_end: bool) -> Node:
+    """The decoded texts that the pattern sequence ``body`` and what may follow it match
+    (nothing when ``anchored_end``, else anything); ``at_start``: ``body`` begins the text.
+
+    A lookahead in the sequence itself (``^(?!tmp_)\\w+$``, ``(?=.{1,255}$)...``) asks
+    of everything after its position that it starts with a match of the lookahead's
+    pattern (or, negated, does not): that rest is intersected with the lookahead's
+    pattern followed by anything, or with its complement; a lookahead's own pattern may
+    hold one the same way, and so may a group matched once, spread into its alternatives.
+    A lookahead inside a quantified group is still refused by the regex parser."""
+    from surecall.engine.regex import regex_to_ir
+
+    tail = EMPTY if anchored_end else star(ANY_DECODED_CHAR)
+    found = _top_level_lookahead(body)
+    if found is None:
+        grouped = _group_holding_a_lookahead(body)
+        if grouped is not None:
+            # A group matched once is its alternatives each in its place, which brings a
+            # lookahead inside it into the sequence: ``(a|b(?!x)c)d`` is ``ad|b(?!x)cd``.
+            before, content, after = grouped
+            return alt(*(_text_from_here(before + branch + after, at_start, anchored_end)
+                         for branch in _top_level_alternatives(content)))
+        return seq(regex_to_ir(body) if body else EMPTY, tail)
+    before, negative, inner, after = found
+    here_is_start = at_start and not before
+    if after.startswith("^"):
+        # Repeated after a lookahead at the start (``^(?!x)^y``), it asserts nothing more.
+        if not here_is_start:
+            raise GrammarError(f"'^' after a lookahead that is not at the start of the text ({body!r})")
+        after = after[1:]
+    if _strip_anchors(before)[2]:
+        raise GrammarError(f"'$' before a lookahead ({body!r})")
+    rest = _text_from_here(after, here_is_start, anchored_end)
+    looked = []
+    for branch in _top_level_alternatives(inner):
+        branch, anchored, exact = _strip_anchors(branch)
+        if anchored and not here_is_start:
+            raise GrammarError(f"'^' inside a lookahead that is not at the start of the text ({inner!r})")
+        looked.append(_text_from_here(branch, here_is_start, exact))
+    ahead = alt(*looked)
+    checked = Intersect((rest, Complement(ahead) if negative else ahead))
+    return seq(regex_to_ir(before) if before else EMPTY, checked)
+
+
+def _top_level_groups(body: str) -> list[tuple[int, int]]:
+    """Where each group outside groups and classes of ``body`` opens and closes."""
+    groups, depth, i, in_class, opened = [], 0, 0, False, 0
+    while i < len(body):
+        char = body[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            if char == "]":
+                in_class = False
+        elif char == "[":
+            in_class = True
+            if body[i + 1 : i + 2] == "]":
+                i += 1
+        elif char == "(":
+            if depth == 0:
+                opened = i
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                groups.append((opened, i))
+        i += 1
+    return groups
+
+
+def _top_level_lookahead(body: str) -> tuple[str, bool, str, str] | None:
+    """The first ``(?=...)`` or ``(?!...)`` outside groups and classes of ``body``: (the
+    text before it, whether it is negative, its pattern, the text after it); None if none."""
+    for opened, closed in _top_level_groups(body):
+        if body[opened + 1 : opened + 3] in ("?=", "?!"):
+            return body[:opened], body[opened + 2] == "!", body[opened + 3 : closed], body[closed + 1 :]
+    return None
+
+
+def _group_holding_a_lookahead(body: str) -> tuple[str, str, str] | None:
+    """The first plain group outside groups and classes of ``body``, repeated by no
+    quantifier, with a lookahead somewhere inside: (the text before it, its pattern, the
+    text after it); None if none."""
+    for opened, closed in _top_level_groups(body):
+        content = body[opened + 1 : closed]
+        if content.startswith("?:"):
+            content = content[2:]
+        elif content.startswith("?"):
+            continue  # lookbehind or named: left to the regex parser
+        if ("(?=" in content or "(?!" in content) and body[closed + 1 : closed + 2] not in ("*", "+", "?", "{"):
+            return body[:opened], content, body[closed + 1 :]
+    return None
 
 
 def _strip_anchors(branch: str) -> tuple[str, bool, bool]:

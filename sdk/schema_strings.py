@@ -24,6 +24,7 @@ from surecall.engine.ir import (
     Bytes,
     ByteSet,
     CharSet,
+    Complement,
     Intersect,
     Node,
     Repeat,
@@ -193,7 +194,15 @@ def encode_regular(node: Node) -> Node:
     if isinstance(node, Repeat):
         return repeat(encode_regular(node.item), node.min, node.max)
     if isinstance(node, Intersect):
-        return Intersect(tuple(encode_regular(item) for item in node.items))
+        # Every spelling of a text is one of the text's alone, so the spellings of an
+        # intersection are those its items' spellings share, and a complement takes out the
+        # spellings of what it complements, as long as some item spells only texts.
+        if all(isinstance(item, Complement) for item in node.items):
+            raise EncodingError("an intersection of complements only")
+        return Intersect(tuple(
+            Complement(encode_regular(item.item)) if isinstance(item, Complement) else encode_regular(item)
+            for item in node.items
+        ))
     raise EncodingError(f"a {type(node).__name__} node inside a string constraint")
 
 

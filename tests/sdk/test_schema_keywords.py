@@ -268,6 +268,59 @@ def test_pattern_matches_decoded_string():
     assert not grammar.accepts('"n"')
 
 
+LOOKAHEAD_PATTERNS = [
+    "^(?!@@)[@a-z0-9_-]+$",
+    "^(?!tmp_|cache\\.).*",
+    "^(?!(False|None|True)$)[A-Za-z_]\\w*$",
+    "^(?=.{1,5}$)[a-z]+\\d*$",
+    "((?:[^/]*/)*)(?=\\.(ya?ml|json))",
+    "a(?!b)",
+    "^a*(?!b)$",
+    "^(?!.*/)^(.*[^.]+.*)$",
+    "^(?!a(?!b))",
+    "(?!a(?=b))a.",
+    "^(a|b(?!x)c)d",
+    "^(https?://|/?.?-?(?!\\w+://)\\w).+\\.ya?ml$",
+]
+
+
+@pytest.mark.parametrize("pattern", LOOKAHEAD_PATTERNS)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_lookaheads_in_a_pattern_sequence_match_as_ecma_search_does(pattern, data):
+    grammar = _pattern_grammar(pattern)
+    # Texts built from the pattern's own characters meet its branches often.
+    alphabet = sorted(set(re.sub(r"[\\^$()?!=|*+{}\[\]]", "", pattern)) | {"a", "b", "/", ".", "_", "1", "\u00e9"})
+    text = data.draw(st.one_of(st.text(alphabet=alphabet, max_size=10), st.sampled_from(
+        ["@@x", "tmp_a", "cache.x", "None", "Nonesuch", "x/a.yaml", "a.json", "ab", "abcdef", ""])))
+    # ASCII classes and no multi-line '$': the ECMA meaning on texts without newlines.
+    assert grammar.accepts(dumps(text)) == (re.search(pattern, text, re.ASCII) is not None)
+
+
+_PATTERN_GRAMMARS: dict = {}
+
+
+def _pattern_grammar(pattern: str):
+    if pattern not in _PATTERN_GRAMMARS:
+        _PATTERN_GRAMMARS[pattern] = grammar_from_schema({"type": "string", "pattern": pattern})
+    return _PATTERN_GRAMMARS[pattern]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "detail"),
+    [
+        ("^((?!x).)*$", "lookahead"),  # inside a quantified group: it looks past each repetition
+        ("x(?=a)^a", "'^' after a lookahead"),
+        ("a$(?!b)", "'$' before a lookahead"),
+        ("(?<=a)b", "lookbehind"),
+    ],
+)
+def test_lookaheads_the_translation_cannot_place_raise(pattern, detail):
+    with pytest.raises(UnsupportedSchemaError, match=re.escape(detail)) as info:
+        grammar_from_schema({"type": "string", "pattern": pattern})
+    assert info.value.keyword == "pattern"
+
+
 def test_schema_order_is_the_default_and_any_order_is_available():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
     assert grammar_from_schema(schema).accepts('{"a":1,"b":2}')
@@ -331,7 +384,7 @@ def test_unsupported_keyword_names_keyword_and_pointer():
 
 def test_lenient_lists_exactly_what_was_relaxed(caplog):
     tags = {"anyOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "maxItems": 3}]}
-    schema = {"type": "object", "properties": {"tags": tags, "w": {"type": "string", "pattern": "(?=a)a"}}}
+    schema = {"type": "object", "properties": {"tags": tags, "w": {"type": "string", "pattern": "(?<=a)a"}}}
     grammar = grammar_from_schema(schema, lenient=True)
     assert sorted(r.keyword for r in grammar.relaxations) == ["pattern", "uniqueItems"]
     assert {r.pointer for r in grammar.relaxations} == {"#/properties/tags/anyOf/0", "#/properties/w/pattern"}
