@@ -43,6 +43,7 @@ ANNOTATIONS = frozenset(
 )
 UNSUPPORTED_KEYWORDS = frozenset({"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"})
 MAX_ALTERNATIVES = 256
+MAX_PAIRS_TOLD_APART = 16 * MAX_ALTERNATIVES
 MAX_REF_DEPTH = 40
 
 
@@ -303,19 +304,33 @@ class Normalizer:
     def _product(self, left: list[Flat], right: list[Flat], pointer: str, depth: int) -> list[Flat]:
         # A side of one alternative does not multiply the other: a plain union of many
         # branches (hundreds of tools) grows with the schema, not past it.
-        if min(len(left), len(right)) > 1 and len(left) * len(right) > MAX_ALTERNATIVES:
+        many = min(len(left), len(right)) > 1 and len(left) * len(right) > MAX_ALTERNATIVES
+        if many and len(left) * len(right) > MAX_PAIRS_TOLD_APART:
             self.reporter.fatal("anyOf", pointer, f"the combinators expand to more than {MAX_ALTERNATIVES} alternatives")
         out = []
         for a in left:
             for b in right:
+                # Past the limit, pairs no instance meets are left out before counting:
+                # conditions on a tag (if type is A then ...) multiply into products most
+                # of whose members contradict themselves.
+                if many and _disjoint([a], [b]):
+                    continue
                 for merged in self._merge(a, b, pointer, depth):
                     if self._satisfiable(merged):
                         out.append(merged)
+                if many and len(out) > MAX_ALTERNATIVES:
+                    self.reporter.fatal("anyOf", pointer, f"the combinators expand to more than {MAX_ALTERNATIVES} alternatives")
         return out
 
     def _satisfiable(self, flat: Flat) -> bool:
         if flat.ref is not None:
             return True
+        empty = _empty_kinds(flat)
+        if empty:
+            # Merging a branch with the negations of others (oneOf, not) leaves many
+            # conjunctions whose objects or arrays cannot exist; typing them so drops the
+            # alternatives that are empty as a whole before they multiply further.
+            flat.types = (TYPE_ATOMS if flat.types is None else flat.types) - empty
         if flat.types is not None and not flat.types:
             return False
         return flat.enum is None or bool(flat.enum)
@@ -603,6 +618,22 @@ def pattern_matches(pattern: str, text: str) -> bool:
         return re.search(pattern, text) is not None
     except re.error:
         return False
+
+
+def _empty_kinds(flat: Flat) -> set:
+    """The types whose values ``flat`` cannot hold by its own counts and required names:
+    objects that must have a property they may not have or more properties than they may,
+    arrays or strings longer than they may be."""
+    empty = set()
+    if (flat.max_props is not None and max(flat.min_props, len(flat.required)) > flat.max_props) or any(
+        sub is not None and sub.is_false() for sub in (value_schema(flat, name) for name in flat.required)
+    ):
+        empty.add("object")
+    if flat.max_items is not None and flat.min_items > flat.max_items:
+        empty.add("array")
+    if flat.max_length is not None and flat.min_length > flat.max_length:
+        empty.add("string")
+    return empty
 
 
 def _is_empty(flat: Flat) -> bool:
@@ -950,11 +981,14 @@ def negate(schema: Any, resolver, base: str, pointer: str, conditionals: bool = 
                 options.append({"allOf": [{"type": "object", "required": [key]}, {"not": dependent}]})
     if use("properties"):
         for name, value in schema["properties"].items():
-            options.append({"type": "object", "required": [name], "properties": {name: negation_of(value, resolver)}})
+            # A property any value meets ({} lists it for documentation) fails no object.
+            if not _holds_always(value):
+                options.append({"type": "object", "required": [name], "properties": {name: negation_of(value, resolver)}})
     if use("items"):
         if "prefixItems" in keys or isinstance(schema["items"], list):
             raise NegationError(pointer, "negating items together with prefixItems")
-        options.append({"type": "array", "contains": negation_of(schema["items"], resolver)})
+        if not _holds_always(schema["items"]):
+            options.append({"type": "array", "contains": negation_of(schema["items"], resolver)})
     if use("contains"):
         if "minContains" in keys or "maxContains" in keys:
             raise NegationError(pointer, "negating minContains/maxContains")

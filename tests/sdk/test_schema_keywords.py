@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from decimal import Decimal
@@ -804,6 +805,30 @@ def test_a_one_of_of_recursive_branches_is_decided_as_jsonschema_decides():
     ordered = grammar_from_schema(RECURSIVE_ONE_OF)
     accepted = [value for value in RECURSIVE_ONE_OF_VALUES if ordered.accepts(dumps(value))]
     assert accepted and all(validator.is_valid(value) for value in accepted)
+
+
+def test_a_one_of_of_overlapping_branches_keeps_only_the_conjunctions_some_object_meets():
+    # Each branch is conjoined with the other four negated, and a negation is a union of
+    # ways to fail (a required name missing, a value refused, ...): 5 x 10^4 forms, most
+    # asking a branch's object to lack a name the branch requires or to give a value no
+    # value fails. Dropped as they appear, the few left fit the alternatives limit.
+    common = [f"c{i}" for i in range(8)]
+    schema = {"oneOf": [
+        {"type": "object", "required": [*common, f"own{j}"],
+         "properties": {**{name: {} for name in common}, f"own{j}": {"type": "string"}}}
+        for j in range(5)
+    ]}
+    grammar = grammar_from_schema(schema)
+    validator = validator_for_schema(schema)
+    outcomes = set()
+    for values in itertools.product([None, "s", 1], repeat=5):
+        own = {f"own{j}": value for j, value in enumerate(values) if value is not None}
+        # The schema's order: the common names, the matching branch's own, the other owns.
+        keys = sorted(own, key=lambda name: not isinstance(own[name], str))
+        value = {**dict.fromkeys(common, 1), **{name: own[name] for name in keys}}
+        outcomes.add(validator.is_valid(value))
+        assert grammar.accepts(dumps(value)) == validator.is_valid(value), value
+    assert outcomes == {True, False}
 
 
 # Negations wanting members whose keys no single key can meet at once (one of 1 or 3, one
