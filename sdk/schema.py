@@ -889,12 +889,8 @@ class _Translator:
                 return NOTHING
             parts.append(node)
         if flat.property_names is not None:
-            names = self.normalizer.flatten_sub(flat.property_names)
             bodies = []
-            for names_flat in names:
-                if names_flat.ref is not None:
-                    names_flat = Flat(sources=names_flat.sources, pointer=names_flat.pointer)
-                    self.unsupported("propertyNames", flat.pointer, "a $ref in propertyNames")
+            for names_flat in self.normalizer.flatten_sub_through_refs(flat.property_names):
                 types = names_flat.types if names_flat.types is not None else TYPE_ATOMS
                 if names_flat.enum is not None:
                     bodies.extend(encode_text(v) for v in names_flat.enum if isinstance(v, str) and self._valid(v, names_flat.sources))

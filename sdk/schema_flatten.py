@@ -379,6 +379,15 @@ class Normalizer:
     def _refuse_ref_cycle(self, pointer: str) -> NoReturn:
         self.reporter.fatal("$ref", pointer, "references nest too deeply (a $ref cycle that never reaches a value?)")
 
+    def flatten_sub_through_refs(self, sub: Sub) -> list[Flat]:
+        """``flatten_sub`` with every ``$ref`` replaced by what it refers to, for a place
+        that cannot refer (a key's language); a cycle of references raises as nesting does."""
+        alternatives, depth = self.flatten_sub(sub), 0
+        while any(flat.ref is not None for flat in alternatives):
+            depth += 1
+            alternatives = [seen for flat in alternatives for seen in self._expand_ref(flat, depth)]
+        return alternatives
+
     def _expand_ref(self, flat: Flat, depth: int, assumed: frozenset = frozenset()) -> list[Flat]:
         if flat.ref is None:
             return [flat]

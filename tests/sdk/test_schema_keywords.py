@@ -322,6 +322,18 @@ def test_lookaheads_the_translation_cannot_place_raise(pattern, detail):
     assert info.value.keyword == "pattern"
 
 
+def test_property_names_may_refer_to_a_string_schema():
+    schema = {"type": "object", "propertyNames": {"$ref": "#/$defs/name"},
+              "$defs": {"name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 4}}}
+    grammar = grammar_from_schema(schema, property_order="any")
+    validator = validator_for_schema(schema)
+    for value in [{"ab": 1}, {"abcde": 1}, {"A": 1}, {}, {"ab": 1, "cd": [2]}, {"ab": 1, "c-d": 2}]:
+        assert grammar.accepts(dumps(value)) == validator.is_valid(value), value
+    cycle = {"type": "object", "propertyNames": {"$ref": "#/$defs/a"}, "$defs": {"a": {"$ref": "#/$defs/a"}}}
+    with pytest.raises(UnsupportedSchemaError, match="nest too deeply"):
+        grammar_from_schema(cycle)
+
+
 def test_schema_order_is_the_default_and_any_order_is_available():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
     assert grammar_from_schema(schema).accepts('{"a":1,"b":2}')
