@@ -13,10 +13,12 @@ which is what lets recursive schemas stay recursive.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
@@ -41,8 +43,12 @@ ANNOTATIONS = frozenset(
         "$vocabulary", "contentMediaType", "contentEncoding", "contentSchema",
     }
 )
-UNSUPPORTED_KEYWORDS = frozenset({"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"})
+UNSUPPORTED_KEYWORDS = frozenset({"$dynamicRef", "$recursiveRef"})
+#: Keywords reading what the other schemas holding for the same value evaluate.
+UNEVALUATED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
 MAX_ALTERNATIVES = 256
+#: Most anyOf branches written as one alternative per set of them holding (under an UNEVALUATED keyword).
+MAX_BRANCHES_BY_WHAT_HOLDS = 4
 MAX_PAIRS_TOLD_APART = 16 * MAX_ALTERNATIVES
 MAX_REF_DEPTH = 40
 
@@ -102,7 +108,7 @@ KEYWORDS = frozenset(
         "minContains", "maxContains", "uniqueItems", "minLength", "maxLength", "pattern", "format",
         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "allOf", "anyOf",
         "oneOf", "not", "if", "then", "else", "$ref", "__types__", "__exclude__", "__some_member__",
-        "__not_matching__",
+        "__not_matching__", "unevaluatedProperties", "unevaluatedItems",
     }
 ) | UNSUPPORTED_KEYWORDS
 
@@ -162,6 +168,19 @@ class Flat:
     # where the constraints came from (validated against when filtering enum values)
     sources: list = field(default_factory=list)
     pointer: str = ""
+    # What unevaluatedProperties reads: the properties that schemas holding for the value
+    # (not negated ones) evaluate, by name or pattern, or all of them (additionalProperties
+    # or an inner unevaluatedProperties).
+    evaluated: frozenset = frozenset()
+    evaluated_patterns: frozenset = frozenset()
+    evaluates_all: bool = False
+    # And what unevaluatedItems reads: the items prefixItems evaluate, whether items (or
+    # additionalItems, or an inner unevaluatedItems) evaluates all, and whether a contains does some.
+    evaluated_prefix: int = 0
+    evaluates_all_items: bool = False
+    evaluated_by_contains: bool = False
+    # A $ref met inside a negation: what it refers to evaluates nothing either.
+    annotations_dropped: bool = False
 
 
 class Reporter(Protocol):
@@ -226,6 +245,9 @@ class Normalizer:
         self.conditionals = conditionals
         # The $ref targets being expanded (see _flatten_target).
         self._open_targets: set[tuple[int, str]] = set()
+        # Inside a schema with unevaluatedProperties or unevaluatedItems: each alternative must
+        # know exactly which schemas hold, since those (and only those) evaluate properties and items.
+        self._exact_annotations = 0
 
     # -- entry points -------------------------------------------------------------------
     def flatten_sub(self, sub: Sub, depth: int = 0) -> list[Flat]:
@@ -256,21 +278,36 @@ class Normalizer:
         if "$ref" in schema:
             target, target_base, target_pointer = self.resolver.resolve(schema["$ref"], base, _child(pointer, "$ref"))
             ref_flat = Flat(ref=Part.of(target, target_base, target_pointer), pointer=pointer)
-            siblings = {k: v for k, v in schema.items() if k != "$ref" and k in KEYWORDS and k not in UNSUPPORTED_KEYWORDS}
-            if self.legacy_ref_siblings or not siblings:
+            siblings = {
+                k: v for k, v in schema.items()
+                if k not in ("$ref", *UNEVALUATED) and k in KEYWORDS and k not in UNSUPPORTED_KEYWORDS
+            }
+            if self.legacy_ref_siblings or not (siblings or UNEVALUATED & schema.keys()):
                 return [ref_flat]
-            inlined = self._flatten_target(target, target_base, target_pointer, depth + 1, here)
-            rest = self.flatten(siblings, base, pointer, depth, record=False, assumed=here)
-            alternatives = self._product(inlined, rest, pointer, depth)
+            with self._annotations_exact(schema):
+                inlined = self._flatten_target(target, target_base, target_pointer, depth + 1, here)
+                rest = self.flatten(siblings, base, pointer, depth, record=False, assumed=here)
+                alternatives = self._product(inlined, rest, pointer, depth)
+            alternatives = self._unevaluated_closed(alternatives, schema, base, pointer, depth)
             return self._recorded(alternatives, schema, base) if record else alternatives
 
+        with self._annotations_exact(schema):
+            alternatives = self._applicators(schema, base, pointer, depth, here)
+        alternatives = self._unevaluated_closed(alternatives, schema, base, pointer, depth)
+        return self._recorded(alternatives, schema, base) if record else alternatives
+
+    def _applicators(self, schema: dict, base: str, pointer: str, depth: int, here: frozenset) -> list[Flat]:
+        """``flatten`` of a schema without ``$ref``, before its ``unevaluated*`` keywords."""
         alternatives = [self._keywords(schema, base, pointer)]
         for i, member in enumerate(schema.get("allOf", ())):
             alternatives = self._product(alternatives, self.flatten(member, base, _child(pointer, "allOf", i), depth, assumed=here), pointer, depth)
         if "anyOf" in schema:
-            union = []
-            for i, member in enumerate(schema["anyOf"]):
-                union.extend(self.flatten(member, base, _child(pointer, "anyOf", i), depth, assumed=here))
+            branches = [self.flatten(member, base, _child(pointer, "anyOf", i), depth, assumed=here)
+                        for i, member in enumerate(schema["anyOf"])]
+            if self._exact_annotations and len(branches) > 1 and any(map(_annotates, branches)):
+                union = self._any_of_by_what_holds(schema["anyOf"], branches, base, _child(pointer, "anyOf"), depth)
+            else:
+                union = [flat for alternatives_of_branch in branches for flat in alternatives_of_branch]
             alternatives = self._product(alternatives, union, pointer, depth)
         if "oneOf" in schema:
             alternatives = self._product(alternatives, self._one_of(schema["oneOf"], base, _child(pointer, "oneOf"), depth, here), pointer, depth)
@@ -280,6 +317,13 @@ class Normalizer:
                 alternatives = self._product(alternatives, negated, pointer, depth)
         if self.conditionals and "if" in schema and ("then" in schema or "else" in schema):
             alternatives = self._product(alternatives, self._if_then_else(schema, base, pointer, depth), pointer, depth)
+        elif self.conditionals and "if" in schema and self._exact_annotations:
+            # Alone, if constrains nothing, but where it holds its annotations count.
+            condition = self.flatten(schema["if"], base, _child(pointer, "if"), depth)
+            if _annotates(condition):
+                negated = self._negation_or_relax(schema["if"], base, _child(pointer, "if"), "if", depth)
+                if negated is not None:
+                    alternatives = self._product(alternatives, condition + negated, pointer, depth)
         dependent_required = dict(schema.get("dependentRequired", {}))
         dependent_schemas = dict(schema.get("dependentSchemas", {}))
         for key, value in schema.get("dependencies", {}).items():
@@ -293,7 +337,7 @@ class Normalizer:
             absent = [Flat(props={key: Sub((Part.of(False, base, pointer),))}, pointer=pointer)]
             present = self._product([Flat(required=[key], pointer=pointer)], present, pointer, depth)
             alternatives = self._product(alternatives, absent + present, pointer, depth)
-        return self._recorded(alternatives, schema, base) if record else alternatives
+        return alternatives
 
     # -- helpers ------------------------------------------------------------------------
     def _recorded(self, alternatives: list[Flat], schema: Any, base: str) -> list[Flat]:
@@ -359,6 +403,12 @@ class Normalizer:
         m.upper = _tighter(a.upper, b.upper, lower=False)
         m.multiples = a.multiples + [q for q in b.multiples if q not in a.multiples]
         m.sources = a.sources + b.sources
+        m.evaluated = a.evaluated | b.evaluated
+        m.evaluated_patterns = a.evaluated_patterns | b.evaluated_patterns
+        m.evaluates_all = a.evaluates_all or b.evaluates_all
+        m.evaluated_prefix = max(a.evaluated_prefix, b.evaluated_prefix)
+        m.evaluates_all_items = a.evaluates_all_items or b.evaluates_all_items
+        m.evaluated_by_contains = a.evaluated_by_contains or b.evaluated_by_contains
         return [m]
 
     def _flatten_target(self, target: Any, base: str, pointer: str, depth: int, assumed: frozenset) -> list[Flat]:
@@ -382,11 +432,90 @@ class Normalizer:
     def flatten_sub_through_refs(self, sub: Sub) -> list[Flat]:
         """``flatten_sub`` with every ``$ref`` replaced by what it refers to, for a place
         that cannot refer (a key's language); a cycle of references raises as nesting does."""
-        alternatives, depth = self.flatten_sub(sub), 0
+        return self._without_refs(self.flatten_sub(sub), 0)
+
+    def _without_refs(self, alternatives: list[Flat], depth: int) -> list[Flat]:
         while any(flat.ref is not None for flat in alternatives):
             depth += 1
             alternatives = [seen for flat in alternatives for seen in self._expand_ref(flat, depth)]
         return alternatives
+
+    # -- unevaluatedProperties, unevaluatedItems --------------------------------------------
+    @contextlib.contextmanager
+    def _annotations_exact(self, schema: dict) -> Iterator[None]:
+        closes = bool(UNEVALUATED & schema.keys()) and not self.legacy_ref_siblings
+        self._exact_annotations += closes
+        try:
+            yield
+        finally:
+            self._exact_annotations -= closes
+
+    def _unevaluated_closed(self, alternatives: list[Flat], schema: dict, base: str, pointer: str, depth: int) -> list[Flat]:
+        """``alternatives`` under ``schema``'s ``unevaluatedProperties`` and
+        ``unevaluatedItems`` (draft 2019-09 on): in each, a property or item that no schema
+        holding there evaluates takes the keyword's schema, and every one is evaluated
+        afterwards, for an enclosing one."""
+        closes = [keyword for keyword in ("unevaluatedProperties", "unevaluatedItems") if keyword in schema]
+        if not closes or self.legacy_ref_siblings:
+            return alternatives
+        alternatives = self._without_refs(alternatives, depth)
+        for keyword in closes:
+            member, here = schema[keyword], _child(pointer, keyword)
+            unevaluated = None if _holds_always(member) else Sub((Part.of(member, base, here),))
+            close = self._properties_closed if keyword == "unevaluatedProperties" else self._items_closed
+            alternatives = [close(flat, unevaluated, here) for flat in alternatives]
+        return alternatives
+
+    def _properties_closed(self, flat: Flat, unevaluated: Sub | None, here: str) -> Flat:
+        """An ``additionalProperties`` of the alternative (whose own names and patterns are
+        the evaluated ones), and a condition on the names only negated schemas list."""
+        if unevaluated is not None and not flat.evaluates_all:
+            if set(flat.patterns) - flat.evaluated_patterns:
+                self.reporter.unsupported("unevaluatedProperties", here, "a negated patternProperties beside unevaluatedProperties")
+            else:
+                flat = dataclasses.replace(
+                    flat,
+                    props={name: value if name in flat.evaluated else and_subs(value, unevaluated)
+                           for name, value in flat.props.items()},
+                    additional=and_subs(flat.additional, unevaluated),
+                )
+        return dataclasses.replace(flat, evaluates_all=True)
+
+    def _items_closed(self, flat: Flat, unevaluated: Sub | None, here: str) -> Flat:
+        """The items past the evaluated prefix (the longest ``prefixItems`` that holds) take
+        the schema, unless ``items`` (or ``additionalItems``) evaluates them all."""
+        if unevaluated is not None and not flat.evaluates_all_items:
+            if flat.evaluated_by_contains:
+                self.reporter.unsupported("unevaluatedItems", here, "contains beside unevaluatedItems (the items it matches are evaluated)")
+            else:
+                flat = dataclasses.replace(
+                    flat,
+                    prefix=[value if i < flat.evaluated_prefix else and_subs(value, unevaluated) for i, value in enumerate(flat.prefix)],
+                    items=and_subs(flat.items, unevaluated),
+                )
+        return dataclasses.replace(flat, evaluates_all_items=True)
+
+    def _any_of_by_what_holds(self, members: list, branches: list[list[Flat]], base: str, pointer: str, depth: int) -> list[Flat]:
+        """An ``anyOf`` whose branches evaluate properties or items, as one alternative per set of
+        branches that hold (the others negated): every branch that holds evaluates, not
+        just the one an alternative was taken from."""
+        if len(members) > MAX_BRANCHES_BY_WHAT_HOLDS:
+            self.reporter.unsupported(
+                "anyOf", pointer,
+                f"an anyOf of more than {MAX_BRANCHES_BY_WHAT_HOLDS} branches that evaluate properties or items under unevaluated*",
+            )
+            return [flat for alternatives in branches for flat in alternatives]
+        negations = [self._negation_or_relax(member, base, _child(pointer, i), "anyOf", depth) for i, member in enumerate(members)]
+        union: list[Flat] = []
+        for size in range(1, len(members) + 1):
+            for holding in itertools.combinations(range(len(members)), size):
+                alternatives = [Flat(pointer=pointer)]
+                for i in range(len(members)):
+                    side = branches[i] if i in holding else negations[i]
+                    if side is not None:  # None: a negation lenient mode relaxed
+                        alternatives = self._product(alternatives, side, pointer, depth)
+                union.extend(alternatives)
+        return union
 
     def _expand_ref(self, flat: Flat, depth: int, assumed: frozenset = frozenset()) -> list[Flat]:
         if flat.ref is None:
@@ -395,7 +524,7 @@ class Normalizer:
         expanded = self._flatten_target(part.schema, part.base, part.pointer, depth + 1, assumed)
         for item in expanded:
             item.sources = item.sources + flat.sources
-        return expanded
+        return [_without_annotations(item) for item in expanded] if flat.annotations_dropped else expanded
 
     def _merge_objects(self, m: Flat, a: Flat, b: Flat, pointer: str) -> None:
         # An unlisted key takes additionalProperties on a side where it matches none of
@@ -482,6 +611,9 @@ class Normalizer:
             flat.additional = sub(schema["additionalProperties"], "additionalProperties")
         for pattern, value in schema.get("patternProperties", {}).items():
             flat.patterns[pattern] = sub(value, "patternProperties", pattern)
+        flat.evaluated = frozenset(flat.props)
+        flat.evaluated_patterns = frozenset(flat.patterns)
+        flat.evaluates_all = "additionalProperties" in schema
         if "propertyNames" in schema:
             flat.property_names = sub(schema["propertyNames"], "propertyNames")
         if "__some_member__" in schema:
@@ -505,6 +637,9 @@ class Normalizer:
             flat.prefix = [sub(value, "prefixItems", i) for i, value in enumerate(schema.get("prefixItems", ()))]
             if items is not None:
                 flat.items = sub(items, "items")
+        flat.evaluated_prefix = len(flat.prefix)
+        flat.evaluates_all_items = flat.items is not None
+        flat.evaluated_by_contains = "contains" in schema
         if "contains" in schema:
             flat.contains = sub(schema["contains"], "contains")
             if "minContains" in schema:
@@ -605,8 +740,14 @@ class Normalizer:
         except NegationError as error:
             self.reporter.unsupported(keyword, error.pointer, f"cannot express the negation: {error}")
             return None
-        alternatives = self.flatten(negated, base, pointer, depth + 1, record=False)
-        return self._recorded(alternatives, {"not": schema}, base)
+        # A schema that fails gives no annotations, whatever its negation's parts would:
+        # what holds inside the negation need not be told apart.
+        exact, self._exact_annotations = self._exact_annotations, 0
+        try:
+            alternatives = self.flatten(negated, base, pointer, depth + 1, record=False)
+        finally:
+            self._exact_annotations = exact
+        return self._recorded([_without_annotations(flat) for flat in alternatives], {"not": schema}, base)
 
 
 def value_schema(flat: Flat, name: str) -> Sub | None:
@@ -645,12 +786,37 @@ def _empty_kinds(flat: Flat) -> set:
     return empty
 
 
+def _annotates(alternatives: list[Flat]) -> bool:
+    """Whether some alternative evaluates properties or items (a ``$ref`` not followed yet may)."""
+    return any(flat.ref is not None or _evaluates_some(flat) for flat in alternatives)
+
+
+def _evaluates_some(flat: Flat) -> bool:
+    return bool(
+        flat.evaluated or flat.evaluated_patterns or flat.evaluates_all
+        or flat.evaluated_prefix or flat.evaluates_all_items or flat.evaluated_by_contains
+    )
+
+
 def _is_empty(flat: Flat) -> bool:
     return flat == Flat(pointer=flat.pointer, sources=flat.sources)
 
 
 def _copy_flat(flat: Flat, extra_sources: list) -> Flat:
-    return Flat(ref=flat.ref, pointer=flat.pointer, sources=flat.sources + extra_sources)
+    return Flat(ref=flat.ref, pointer=flat.pointer, sources=flat.sources + extra_sources,
+                annotations_dropped=flat.annotations_dropped)
+
+
+def _without_annotations(flat: Flat) -> Flat:
+    """``flat`` evaluating no property (a ``$ref``: nor what it refers to)."""
+    if flat.ref is not None:
+        return flat if flat.annotations_dropped else dataclasses.replace(flat, annotations_dropped=True)
+    if not _evaluates_some(flat):
+        return flat
+    return dataclasses.replace(
+        flat, evaluated=frozenset(), evaluated_patterns=frozenset(), evaluates_all=False,
+        evaluated_prefix=0, evaluates_all_items=False, evaluated_by_contains=False,
+    )
 
 
 def canonical(value: Any) -> str:
@@ -998,6 +1164,11 @@ def negate(schema: Any, resolver, base: str, pointer: str, conditionals: bool = 
             raise NegationError(pointer, "negating items together with prefixItems")
         if not _holds_always(schema["items"]):
             options.append({"type": "array", "contains": negation_of(schema["items"], resolver)})
+    if use("prefixItems") and "items" not in keys:
+        # an item at one of the positions that its schema refuses
+        for i, member in enumerate(schema["prefixItems"]):
+            if not _holds_always(member):
+                options.append({"type": "array", "minItems": i + 1, "prefixItems": [True] * i + [negation_of(member, resolver)]})
     if use("contains"):
         if "minContains" in keys or "maxContains" in keys:
             raise NegationError(pointer, "negating minContains/maxContains")

@@ -334,6 +334,71 @@ def test_property_names_may_refer_to_a_string_schema():
         grammar_from_schema(cycle)
 
 
+UNEVALUATED = {
+    # Only the schemas that hold evaluate: an anyOf branch that fails does not, one that
+    # holds beside the first does.
+    "anyOf": ({"properties": {"a": {"type": "string"}},
+               "anyOf": [{"properties": {"b": {"const": 1}}, "required": ["b"]},
+                         {"properties": {"c": {"const": 2}}, "required": ["c"]}],
+               "unevaluatedProperties": False},
+              [{"b": 1}, {"b": 1, "c": 2}, {"b": 1, "c": 3}, {"a": "x", "c": 2}, {"a": "x", "c": 2, "d": 0}, {}]),
+    # A sibling's properties are not seen (each unevaluatedProperties reads its own schema).
+    "cousins": ({"allOf": [{"properties": {"a": True}}, {"properties": {"b": True}, "unevaluatedProperties": False}]},
+                [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 1}]),
+    # Through a $ref and a then that holds; the unevaluated ones take the schema given.
+    "ref_and_if": ({"$ref": "#/$defs/base", "if": {"properties": {"t": {"const": "x"}}, "required": ["t"]},
+                    "then": {"properties": {"x": {"type": "integer"}}},
+                    "unevaluatedProperties": {"type": "boolean"},
+                    "$defs": {"base": {"properties": {"t": {"type": "string"}}}}},
+                   [{"t": "x", "x": 1}, {"t": "y", "x": 1}, {"t": "y", "x": True}, {"t": "x", "z": False}, {"z": 0}]),
+    # A name only a negation lists is still unevaluated.
+    # What a negation refers to evaluates nothing either, however many negations deep.
+    "double_negation_ref": ({"$defs": {"A": {"properties": {"a": {"type": "integer"}}, "required": ["a"]}},
+                            "not": {"not": {"$ref": "#/$defs/A"}}, "unevaluatedProperties": False},
+                           [{"a": 1}, {"a": "x"}, {}, 5]),
+    # Items: the longest prefixItems among the schemas that hold, all of them under items.
+    "items_by_what_holds": ({"prefixItems": [{"const": "a"}],
+                             "anyOf": [{"prefixItems": [True, {"const": "b"}]}, {"prefixItems": [True, True, {"const": "c"}]}],
+                             "unevaluatedItems": {"type": "integer"}},
+                            [["a", "b"], ["a", "b", 1], ["a", "b", "c"], ["a", "b", "c", 2], ["a", "b", "c", "d"],
+                             ["a", "x", "c"], ["a", "x", "c", 1.5], ["a"]]),
+    "items_cousins": ({"allOf": [{"items": {"type": "string"}}, {"prefixItems": [True], "unevaluatedItems": False}]},
+                      [[], ["a"], ["a", "b"], [1]]),
+    "negated_name": ({"not": {"properties": {"a": {"type": "string"}}, "required": ["a"]}, "unevaluatedProperties": {"type": "integer"}},
+                     [{"a": 1}, {"a": 1.5}, {"a": "s"}, {}, {"b": 2}]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNEVALUATED))
+def test_unevaluated_properties_and_items_are_decided_as_jsonschema_decides(name):
+    schema, values = UNEVALUATED[name]
+    grammar = grammar_from_schema(schema, property_order="any")
+    validator = validator_for_schema(schema)
+    outcomes = set()
+    for value in values:
+        outcomes.add(validator.is_valid(value))
+        assert grammar.accepts(dumps(value)) == validator.is_valid(value), value
+    assert outcomes == {True, False}
+
+
+@pytest.mark.parametrize("value", [[], ["s"], [1], ["s", 1], ["s", 2], [1, 1], ["s", 1, "x"], "x", {"0": "s"}])
+def test_negated_prefix_items_are_an_item_the_position_refuses(value):
+    schema = {"not": {"prefixItems": [{"type": "string"}, {"const": 1}]}}
+    assert grammar_from_schema(schema).accepts(dumps(value)) == validator_for_schema(schema).is_valid(value)
+
+
+def test_unevaluated_properties_is_an_unknown_word_before_draft_2019_09():
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "properties": {"a": {}}, "unevaluatedProperties": False}
+    assert grammar_from_schema(schema, property_order="any").accepts(dumps({"b": 1}))
+    assert validator_for_schema(schema).is_valid({"b": 1})
+
+
+def test_negating_unevaluated_properties_raises():
+    schema = {"not": {"properties": {"a": {}}, "unevaluatedProperties": False}}
+    with pytest.raises(UnsupportedSchemaError, match="negating 'unevaluatedProperties'"):
+        grammar_from_schema(schema)
+
+
 def test_schema_order_is_the_default_and_any_order_is_available():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
     assert grammar_from_schema(schema).accepts('{"a":1,"b":2}')
