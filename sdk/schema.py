@@ -64,6 +64,7 @@ from .schema_flatten import (
     Sub,
     and_subs,
     member_of as _member,
+    negation_of,
     pattern_matches,
     type_of,
 )
@@ -120,6 +121,8 @@ MAX_WANTED_MEMBERS = 5
 tried for every set of them it meets)."""
 
 MAX_COUNTED_WANTED_EXTRAS = 16
+#: Most (position, count) states of an array counting its items that match ``contains``.
+MAX_COUNTED_CONTAINS_STATES = 1_024
 """Most additional members, under ``maxProperties``, among which a negation's wanted member is placed."""
 
 MAX_SCHEMA_NESTING = 64
@@ -774,8 +777,7 @@ class _Translator:
         if flat.also_contains:
             return self._array_containing_all(flat, element)
         if flat.prefix or flat.max_contains is not None or flat.max_items is not None or flat.min_items > flat.min_contains:
-            self.unsupported("contains", flat.pointer, "contains together with prefixItems, maxContains, maxItems or a larger minItems")
-            return self._array(_without_contains(flat))
+            return self._array_counting_contains(flat, element)
         matching = self.translate_sub(and_subs(flat.items, flat.contains))
         some_then_match = seq(star(seq(element, self._sep())), matching)
         body = seq(
@@ -784,6 +786,78 @@ class _Translator:
             star(seq(self._sep(), element)),
         )
         return seq("[", self.ws, body, self.ws, "]")
+
+    def _array_counting_contains(self, flat: Flat, rest: Node) -> Node:
+        """An array whose items matching ``contains`` are counted, ``minContains`` to
+        ``maxContains`` of them, among ``minItems`` to ``maxItems`` items that start with
+        ``prefixItems``: one state per position told apart and count. Without a maximum an
+        item matching may go uncounted (the count is a lower bound that need only reach the
+        minimum); with one, an item not counted must fail ``contains`` (its negation)."""
+        prefix, low, high = flat.prefix, flat.min_items, flat.max_items
+        least, most = flat.min_contains, flat.max_contains
+        # Positions are told apart up to the prefix's end and the bounds on the item count.
+        top = max(len(prefix), low, 1) if high is None else high
+        counts = least + 1 if most is None else most + 1
+        failing = None if most is None else self._negated(flat.contains)
+        if (top + 1) * counts > MAX_COUNTED_CONTAINS_STATES or (most is not None and failing is None):
+            self.unsupported(
+                "contains", flat.pointer,
+                f"contains counted over more than {MAX_COUNTED_CONTAINS_STATES} positions and counts"
+                if failing is not None or most is None else "maxContains with a contains whose parts resolve in different documents",
+            )
+            return self._array(_without_contains(flat))
+        forms_at: dict[int, list[tuple[int, Node]]] = {}
+
+        def forms(position: int) -> list[tuple[int, Node]]:
+            """(1 if it counts, the item) for each way to write the item at ``position``."""
+            key = min(position, len(prefix))
+            if key not in forms_at:
+                schema = prefix[key] if key < len(prefix) else flat.items
+                if key == len(prefix) and rest == NOTHING:
+                    forms_at[key] = []
+                else:
+                    plain = rest if key == len(prefix) else self.translate_sub(schema)
+                    other = plain if failing is None else self.translate_sub(and_subs(schema, failing))
+                    forms_at[key] = [(1, self.translate_sub(and_subs(schema, flat.contains))), (0, other)]
+            return forms_at[key]
+
+        memo: dict[tuple[int, int], Node] = {}
+
+        def state(position: int, count: int) -> Node:
+            key = (position, count)
+            if key in memo:
+                return memo[key]
+            options: list[Node] = []
+            if position >= low and count >= least:
+                options.append(EMPTY)
+            loops: list[Node] = []
+            if high is None or position < high:
+                following = min(position + 1, top)
+                for counted, item in forms(position):
+                    after = count + counted if most is not None else min(count + counted, least)
+                    if most is not None and after > most:
+                        continue
+                    if (following, after) == (position, count):
+                        loops.append(item)
+                    else:
+                        options.append(seq(self._sep() if position else EMPTY, item, state(following, after)))
+            node = alt(*options) if options else NOTHING
+            if loops:
+                node = seq(star(seq(self._sep(), alt(*loops))), node)
+            memo[key] = node
+            return node
+
+        return seq("[", self.ws, state(0, 0), self.ws, "]")
+
+    def _negated(self, sub: Sub) -> Sub | None:
+        """The values ``sub`` refuses, as a conjunction; None when its parts resolve their
+        references in different documents (one negated schema has one base)."""
+        bases = {part.base for part in sub.parts}
+        if len(bases) != 1:
+            return None
+        schemas = [part.schema for part in sub.parts]
+        member = schemas[0] if len(schemas) == 1 else {"allOf": schemas}
+        return Sub((Part.of(negation_of(member, self.resolver), sub.parts[0].base, f"{sub.pointer}/not"),))
 
     def _array_containing_all(self, flat: Flat, element: Node) -> Node:
         """An array with an item matching each of its ``contains`` (every one of them with

@@ -387,6 +387,45 @@ def test_negated_prefix_items_are_an_item_the_position_refuses(value):
     assert grammar_from_schema(schema).accepts(dumps(value)) == validator_for_schema(schema).is_valid(value)
 
 
+_ITEM_VALUES = st.sampled_from([0, 1, 2, "a", "b", True, None])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prefix=st.lists(st.sampled_from([{"type": "integer"}, {"type": "string"}, True]), max_size=2),
+    items=st.sampled_from([None, {"type": ["integer", "string"]}, False]),
+    bounds=st.tuples(st.integers(0, 3), st.one_of(st.none(), st.integers(0, 5))),
+    contains_bounds=st.tuples(st.integers(0, 3), st.one_of(st.none(), st.integers(0, 3))),
+    values=st.lists(st.lists(_ITEM_VALUES, max_size=6), min_size=1, max_size=8),
+)
+def test_counted_contains_is_decided_as_jsonschema_decides(prefix, items, bounds, contains_bounds, values):
+    schema = {"type": "array", "contains": {"type": "integer", "minimum": 1}, "minItems": bounds[0],
+              "minContains": contains_bounds[0]}
+    if prefix:
+        schema["prefixItems"] = prefix
+    if items is not None:
+        schema["items"] = items
+    if bounds[1] is not None:
+        schema["maxItems"] = bounds[1]
+    if contains_bounds[1] is not None:
+        schema["maxContains"] = contains_bounds[1]
+    try:
+        grammar = grammar_from_schema(schema)
+    except UnsatisfiableSchemaError:
+        return
+    validator = validator_for_schema(schema)
+    for value in values:
+        assert grammar.accepts(dumps(value)) == validator.is_valid(value), (schema, value)
+
+
+def test_contains_counted_over_too_many_states_raises():
+    schema = {"type": "array", "contains": {"type": "integer"}, "maxContains": 5, "maxItems": 2_000}
+    with pytest.raises(UnsupportedSchemaError, match="more than 1024 positions and counts") as info:
+        grammar_from_schema(schema)
+    assert info.value.keyword == "contains"
+    assert grammar_from_schema(schema, lenient=True).relaxations[0].keyword == "contains"
+
+
 def test_unevaluated_properties_is_an_unknown_word_before_draft_2019_09():
     schema = {"$schema": "http://json-schema.org/draft-07/schema#", "properties": {"a": {}}, "unevaluatedProperties": False}
     assert grammar_from_schema(schema, property_order="any").accepts(dumps({"b": 1}))
