@@ -94,6 +94,7 @@ __all__ = [
     "parse_docstring",
     "MAX_WHITESPACE",
     "ANY_ORDER_MAX_PROPERTIES",
+    "ANY_ORDER_MAX_TRACKED_SETS",
 ]
 
 logger = logging.getLogger("surecall.schema")
@@ -110,8 +111,16 @@ UNIQUE_MAX_VALUES = 8
 MAX_WHITESPACE = 16
 """Most whitespace characters at one place in ``whitespace="flexible"`` mode."""
 
-ANY_ORDER_MAX_PROPERTIES = 8
-"""Most listed properties per object for ``property_order="any"`` (the grammar tracks which were seen)."""
+ANY_ORDER_MAX_PROPERTIES = 12
+"""Most listed properties per object for ``property_order="any"`` (the grammar tracks which were
+seen: one state per set of them, 4,096 at this limit)."""
+
+#: Tracking up to this many properties keeps an any-order object's grammar small next to the limits.
+ANY_ORDER_SMALL_TRACKING = 8
+
+ANY_ORDER_MAX_TRACKED_SETS = 8_192
+"""Most sets of written properties tracked over the any-order objects of one schema that track
+more than ``ANY_ORDER_SMALL_TRACKING`` properties."""
 
 ANY_ORDER_MAX_LITERAL_MEMBERS = 5
 """Objects in ``enum``/``const`` with at most this many members are accepted in any order (``property_order="any"``)."""
@@ -207,7 +216,11 @@ def translate_schema(schema: Any, *, whitespace: str = "compact", lenient: bool 
     except EmptyLanguageError as error:
         raise UnsatisfiableSchemaError("schema", "#", "the schema admits no value") from error
     except GrammarError as error:
-        raise UnsupportedSchemaError("schema", "#", f"the schema's grammar cannot be built: {error}") from error
+        hint = ""
+        if translator.most_tracked > ANY_ORDER_SMALL_TRACKING:
+            hint = (f"; an object under property_order='any' tracks which of its {translator.most_tracked} properties "
+                    f"were written ({2 ** translator.most_tracked} sets), the default schema order does not")
+        raise UnsupportedSchemaError("schema", "#", f"the schema's grammar cannot be built: {error}{hint}") from error
     text_check = None
     if translator.unique_at_run_time:
         resolver = translator.resolver
@@ -400,6 +413,10 @@ class _Translator:
         self._key_classes: dict[tuple, list[tuple[frozenset, Node]]] = {}
         # An array whose uniqueItems the grammar cannot express was met: the text check enforces it.
         self.unique_at_run_time = False
+        # The most properties an object under property_order="any" tracks, and the sets of
+        # them all such objects track (2^n for n properties).
+        self.most_tracked = 0
+        self.tracked_sets = 0
 
     # -- reporting ---------------------------------------------------------------------------
     def unsupported(self, keyword: str, pointer: str, message: str) -> None:
@@ -1234,6 +1251,17 @@ class _Translator:
             self.fatal(
                 "properties", flat.pointer,
                 f"property_order='any' tracks at most {ANY_ORDER_MAX_PROPERTIES} properties per object",
+            )
+        self.most_tracked = max(self.most_tracked, len(tracked))
+        if len(tracked) > ANY_ORDER_SMALL_TRACKING:
+            self.tracked_sets += 2 ** len(tracked)
+        if self.tracked_sets > ANY_ORDER_MAX_TRACKED_SETS:
+            # Each set is a grammar rule: past this many, building them takes seconds and
+            # the grammar nears its size limit. Small objects (most) do not count.
+            self.fatal(
+                "properties", flat.pointer,
+                f"property_order='any' tracks at most {ANY_ORDER_MAX_TRACKED_SETS} sets of written properties "
+                f"over the objects of a schema tracking more than {ANY_ORDER_SMALL_TRACKING} (2^n for an object tracking n)",
             )
         untracked = [n for n in names if n not in tracked]
         # Free members (untracked and additional ones) by the wanted members each way of

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -436,6 +437,37 @@ def test_negating_unevaluated_properties_raises():
     schema = {"not": {"properties": {"a": {}}, "unevaluatedProperties": False}}
     with pytest.raises(UnsupportedSchemaError, match="negating 'unevaluatedProperties'"):
         grammar_from_schema(schema)
+
+
+def _required_object(count: int, suffix: str = "") -> dict:
+    names = [f"p{i}{suffix}" for i in range(count)]
+    return {"type": "object", "properties": {name: {"type": "integer"} for name in names}, "required": names}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(order=st.permutations(range(10)), dropped=st.one_of(st.none(), st.integers(0, 9)), value=st.sampled_from([1, "x"]))
+def test_any_order_objects_track_ten_required_properties(order, dropped, value):
+    schema = _REQUIRED_TEN
+    members = {f"p{i}": value if i == order[0] else 1 for i in order if i != dropped}
+    assert _required_ten_grammar().accepts(dumps(members)) == validator_for_schema(schema).is_valid(members)
+
+
+_REQUIRED_TEN = _required_object(10)
+
+
+@functools.lru_cache(maxsize=1)
+def _required_ten_grammar():
+    return grammar_from_schema(_REQUIRED_TEN, property_order="any")
+
+
+def test_any_order_tracking_is_bounded_per_object_and_per_schema():
+    with pytest.raises(UnsupportedSchemaError, match="tracks at most 12 properties per object"):
+        grammar_from_schema(_required_object(13), property_order="any")
+    # Three objects of 12: 3 x 4,096 sets of written properties, one rule each.
+    schema = {"type": "object", "properties": {f"x{k}": _required_object(12, str(k)) for k in range(3)}}
+    with pytest.raises(UnsupportedSchemaError, match="at most 8192 sets of written properties"):
+        grammar_from_schema(schema, property_order="any")
+    assert grammar_from_schema(schema).accepts(dumps({"x0": {f"p{i}0": 1 for i in range(12)}}))
 
 
 def test_schema_order_is_the_default_and_any_order_is_available():
