@@ -24,6 +24,7 @@ import dataclasses
 import itertools
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NoReturn
@@ -1424,9 +1425,10 @@ def _without_contains(flat: Flat) -> Flat:
     return dataclasses.replace(flat, contains=None, also_contains=[])
 
 
-def _top_level_alternatives(pattern: str) -> list[str]:
-    """Split a regex at its top-level ``|`` (outside groups and classes)."""
-    branches, depth, start, i, in_class = [], 0, 0, 0, False
+def _outside_classes(pattern: str) -> Iterator[tuple[int, str, int]]:
+    """(index, character, groups open around it) of each character of a regex outside its
+    character classes and escapes; a parenthesis counts at its group's outer depth."""
+    depth, i, in_class = 0, 0, False
     while i < len(pattern):
         char = pattern[i]
         if char == "\\":
@@ -1439,16 +1441,17 @@ def _top_level_alternatives(pattern: str) -> list[str]:
             in_class = True
             if pattern[i + 1 : i + 2] == "]":
                 i += 1
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "|" and depth == 0:
-            branches.append(pattern[start:i])
-            start = i + 1
+        else:
+            depth -= char == ")"
+            yield i, char, depth
+            depth += char == "("
         i += 1
-    branches.append(pattern[start:])
-    return branches
+
+
+def _top_level_alternatives(pattern: str) -> list[str]:
+    """Split a regex at its top-level ``|`` (outside groups and classes)."""
+    cuts = [i for i, char, depth in _outside_classes(pattern) if char == "|" and depth == 0]
+    return [pattern[start + 1 : end] for start, end in zip([-1, *cuts], [*cuts, len(pattern)])]
 
 
 def _text_from_here(body: str, at_start: bool, anchored_end: bool) -> Node:
@@ -1497,28 +1500,12 @@ def _text_from_here(body: str, at_start: bool, anchored_end: bool) -> Node:
 
 def _top_level_groups(body: str) -> list[tuple[int, int]]:
     """Where each group outside groups and classes of ``body`` opens and closes."""
-    groups, depth, i, in_class, opened = [], 0, 0, False, 0
-    while i < len(body):
-        char = body[i]
-        if char == "\\":
-            i += 2
-            continue
-        if in_class:
-            if char == "]":
-                in_class = False
-        elif char == "[":
-            in_class = True
-            if body[i + 1 : i + 2] == "]":
-                i += 1
-        elif char == "(":
-            if depth == 0:
-                opened = i
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                groups.append((opened, i))
-        i += 1
+    groups, opened = [], 0
+    for i, char, depth in _outside_classes(body):
+        if depth == 0 and char == "(":
+            opened = i
+        elif depth == 0 and char == ")":
+            groups.append((opened, i))
     return groups
 
 
