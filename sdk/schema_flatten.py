@@ -175,10 +175,11 @@ class Flat:
     evaluated_patterns: frozenset = frozenset()
     evaluates_all: bool = False
     # And what unevaluatedItems reads: the items prefixItems evaluate, whether items (or
-    # additionalItems, or an inner unevaluatedItems) evaluates all, and whether a contains does some.
+    # additionalItems, or an inner unevaluatedItems) evaluates all, and the contains
+    # schemas (each evaluates the items it matches).
     evaluated_prefix: int = 0
     evaluates_all_items: bool = False
-    evaluated_by_contains: bool = False
+    evaluating_contains: tuple = ()
     # A $ref met inside a negation: what it refers to evaluates nothing either.
     annotations_dropped: bool = False
 
@@ -408,7 +409,7 @@ class Normalizer:
         m.evaluates_all = a.evaluates_all or b.evaluates_all
         m.evaluated_prefix = max(a.evaluated_prefix, b.evaluated_prefix)
         m.evaluates_all_items = a.evaluates_all_items or b.evaluates_all_items
-        m.evaluated_by_contains = a.evaluated_by_contains or b.evaluated_by_contains
+        m.evaluating_contains = a.evaluating_contains + tuple(c for c in b.evaluating_contains if c not in a.evaluating_contains)
         return [m]
 
     def _flatten_target(self, target: Any, base: str, pointer: str, depth: int, assumed: frozenset) -> list[Flat]:
@@ -485,8 +486,12 @@ class Normalizer:
         """The items past the evaluated prefix (the longest ``prefixItems`` that holds) take
         the schema, unless ``items`` (or ``additionalItems``) evaluates them all."""
         if unevaluated is not None and not flat.evaluates_all_items:
-            if flat.evaluated_by_contains:
-                self.reporter.unsupported("unevaluatedItems", here, "contains beside unevaluatedItems (the items it matches are evaluated)")
+            if flat.evaluating_contains:
+                # An item a contains matches is evaluated: past the prefix, each item
+                # matches one of them or takes the schema.
+                unevaluated = _any_of((*flat.evaluating_contains, unevaluated), here)
+            if unevaluated is None:
+                self.reporter.unsupported("unevaluatedItems", here, "contains and unevaluatedItems resolving references in different documents")
             else:
                 flat = dataclasses.replace(
                     flat,
@@ -639,9 +644,9 @@ class Normalizer:
                 flat.items = sub(items, "items")
         flat.evaluated_prefix = len(flat.prefix)
         flat.evaluates_all_items = flat.items is not None
-        flat.evaluated_by_contains = "contains" in schema
         if "contains" in schema:
             flat.contains = sub(schema["contains"], "contains")
+            flat.evaluating_contains = (flat.contains,)
             if "minContains" in schema:
                 flat.min_contains = count("minContains")
             if "maxContains" in schema:
@@ -786,6 +791,16 @@ def _empty_kinds(flat: Flat) -> set:
     return empty
 
 
+def _any_of(subs: tuple, pointer: str) -> Sub | None:
+    """The values meeting one of the conjunctions ``subs``, as one; None when their parts
+    resolve references in different documents (one schema has one base)."""
+    bases = {part.base for sub in subs for part in sub.parts}
+    if len(bases) != 1:
+        return None
+    branches = [sub.parts[0].schema if len(sub.parts) == 1 else {"allOf": [part.schema for part in sub.parts]} for sub in subs]
+    return Sub((Part.of({"anyOf": branches}, bases.pop(), pointer),))
+
+
 def _annotates(alternatives: list[Flat]) -> bool:
     """Whether some alternative evaluates properties or items (a ``$ref`` not followed yet may)."""
     return any(flat.ref is not None or _evaluates_some(flat) for flat in alternatives)
@@ -794,7 +809,7 @@ def _annotates(alternatives: list[Flat]) -> bool:
 def _evaluates_some(flat: Flat) -> bool:
     return bool(
         flat.evaluated or flat.evaluated_patterns or flat.evaluates_all
-        or flat.evaluated_prefix or flat.evaluates_all_items or flat.evaluated_by_contains
+        or flat.evaluated_prefix or flat.evaluates_all_items or flat.evaluating_contains
     )
 
 
@@ -815,7 +830,7 @@ def _without_annotations(flat: Flat) -> Flat:
         return flat
     return dataclasses.replace(
         flat, evaluated=frozenset(), evaluated_patterns=frozenset(), evaluates_all=False,
-        evaluated_prefix=0, evaluates_all_items=False, evaluated_by_contains=False,
+        evaluated_prefix=0, evaluates_all_items=False, evaluating_contains=(),
     )
 
 

@@ -365,6 +365,10 @@ UNEVALUATED = {
                              ["a", "x", "c"], ["a", "x", "c", 1.5], ["a"]]),
     "items_cousins": ({"allOf": [{"items": {"type": "string"}}, {"prefixItems": [True], "unevaluatedItems": False}]},
                       [[], ["a"], ["a", "b"], [1]]),
+    # An item a contains matches is evaluated; two contains from allOf both count.
+    "items_contains": ({"allOf": [{"contains": {"type": "string"}}, {"contains": {"type": "boolean"}}],
+                        "unevaluatedItems": {"type": "integer"}},
+                       [[1, "a", True], ["a", True, 2], [True, "a", 2.5], [None, True, "b"], ["b", "c", False], [1, "a"], []]),
     "negated_name": ({"not": {"properties": {"a": {"type": "string"}}, "required": ["a"]}, "unevaluatedProperties": {"type": "integer"}},
                      [{"a": 1}, {"a": 1.5}, {"a": "s"}, {}, {"b": 2}]),
 }
