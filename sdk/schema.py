@@ -64,6 +64,7 @@ from .schema_flatten import (
     SomeMember,
     Sub,
     and_subs,
+    as_schemas,
     member_of as _member,
     negation_of,
     pattern_matches,
@@ -131,9 +132,10 @@ MAX_WANTED_MEMBERS = 5
 tried for every set of them it meets)."""
 
 MAX_COUNTED_WANTED_EXTRAS = 16
-#: Most (position, count) states of an array counting its items that match ``contains``.
-MAX_COUNTED_CONTAINS_STATES = 1_024
 """Most additional members, under ``maxProperties``, among which a negation's wanted member is placed."""
+
+MAX_COUNTED_CONTAINS_STATES = 1_024
+"""Most (position, count) states of an array counting its items that match ``contains``."""
 
 MAX_SCHEMA_NESTING = 64
 """Most subschemas nested inside one another that are translated (recursion through a plain
@@ -817,12 +819,13 @@ class _Translator:
         top = max(len(prefix), low, 1) if high is None else high
         counts = least + 1 if most is None else most + 1
         failing = None if most is None else self._negated(flat.contains)
-        if (top + 1) * counts > MAX_COUNTED_CONTAINS_STATES or (most is not None and failing is None):
-            self.unsupported(
-                "contains", flat.pointer,
-                f"contains counted over more than {MAX_COUNTED_CONTAINS_STATES} positions and counts"
-                if failing is not None or most is None else "maxContains with a contains whose parts resolve in different documents",
-            )
+        problem = None
+        if most is not None and failing is None:
+            problem = "maxContains with a contains whose parts resolve in different documents"
+        elif (top + 1) * counts > MAX_COUNTED_CONTAINS_STATES:
+            problem = f"contains counted over more than {MAX_COUNTED_CONTAINS_STATES} positions and counts"
+        if problem is not None:
+            self.unsupported("contains", flat.pointer, problem)
             return self._array(_without_contains(flat))
         forms_at: dict[int, list[tuple[int, Node]]] = {}
 
@@ -870,12 +873,11 @@ class _Translator:
     def _negated(self, sub: Sub) -> Sub | None:
         """The values ``sub`` refuses, as a conjunction; None when its parts resolve their
         references in different documents (one negated schema has one base)."""
-        bases = {part.base for part in sub.parts}
-        if len(bases) != 1:
+        found = as_schemas([sub])
+        if found is None:
             return None
-        schemas = [part.schema for part in sub.parts]
-        member = schemas[0] if len(schemas) == 1 else {"allOf": schemas}
-        return Sub((Part.of(negation_of(member, self.resolver), sub.parts[0].base, f"{sub.pointer}/not"),))
+        (member,), base = found
+        return Sub((Part.of(negation_of(member, self.resolver), base, f"{sub.pointer}/not"),))
 
     def _array_containing_all(self, flat: Flat, element: Node) -> Node:
         """An array with an item matching each of its ``contains`` (every one of them with

@@ -49,6 +49,7 @@ UNEVALUATED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
 MAX_ALTERNATIVES = 256
 #: Most anyOf branches written as one alternative per set of them holding (under an UNEVALUATED keyword).
 MAX_BRANCHES_BY_WHAT_HOLDS = 4
+#: Most pairs of a product past MAX_ALTERNATIVES looked at one by one for ones no value meets.
 MAX_PAIRS_TOLD_APART = 16 * MAX_ALTERNATIVES
 MAX_REF_DEPTH = 40
 
@@ -791,14 +792,21 @@ def _empty_kinds(flat: Flat) -> set:
     return empty
 
 
-def _any_of(subs: tuple, pointer: str) -> Sub | None:
-    """The values meeting one of the conjunctions ``subs``, as one; None when their parts
+def as_schemas(subs) -> tuple[list, str] | None:
+    """Each conjunction of ``subs`` as one schema (its only part, or an ``allOf`` of its
+    parts), and the base they all resolve references against; None when their parts
     resolve references in different documents (one schema has one base)."""
     bases = {part.base for sub in subs for part in sub.parts}
     if len(bases) != 1:
         return None
-    branches = [sub.parts[0].schema if len(sub.parts) == 1 else {"allOf": [part.schema for part in sub.parts]} for sub in subs]
-    return Sub((Part.of({"anyOf": branches}, bases.pop(), pointer),))
+    schemas = [sub.parts[0].schema if len(sub.parts) == 1 else {"allOf": [part.schema for part in sub.parts]} for sub in subs]
+    return schemas, bases.pop()
+
+
+def _any_of(subs: tuple, pointer: str) -> Sub | None:
+    """The values meeting one of the conjunctions ``subs``, as one; None as ``as_schemas``."""
+    found = as_schemas(subs)
+    return None if found is None else Sub((Part.of({"anyOf": found[0]}, found[1], pointer),))
 
 
 def _annotates(alternatives: list[Flat]) -> bool:
