@@ -381,9 +381,9 @@ class SurecallEngine(Engine):
         operands = getattr(automaton, "_operand_cache", None)
         if operands is not None:
             operands.clear()
-        # Memoised pure functions: a format's language and a character class's spellings.
+        # Memoised pure functions: a format's language, a pattern's texts and a character class's spellings.
         for module, name in ((automaton, "utf8_sequences"), (schema, "_format_language"),
-                             (schema_strings, "_encoded_char_ranges")):
+                             (schema, "_pattern_texts"), (schema_strings, "_encoded_char_ranges")):
             memoised = getattr(module, name, None)
             if memoised is not None and hasattr(memoised, "cache_clear"):
                 memoised.cache_clear()

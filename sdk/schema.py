@@ -81,6 +81,7 @@ from .schema_strings import (
     encode_regular,
     encode_text,
     strings_other_than,
+    within_length,
 )
 from .schema_unique import UniqueItemsCheck, UniquePolicy, conditional_unique
 
@@ -647,12 +648,18 @@ class _Translator:
     def string_body(self, flat: Flat) -> Node:
         """The JSON string bodies (without quotes) of the strings ``flat`` accepts."""
         parts: list[Node] = []
+        patterns = list(flat.string_patterns)
         if flat.min_length or flat.max_length is not None:
             if flat.max_length is not None and flat.max_length < flat.min_length:
                 return NOTHING
-            # One counted repetition: the automaton keeps one copy of a character and counts.
-            parts.append(repeat(COUNTED_STRING_CHAR, flat.min_length, flat.max_length))
-        for pattern in flat.string_patterns:
+            bounded = self._pattern_within_length(patterns, flat.min_length, flat.max_length)
+            if bounded is not None:
+                parts.append(bounded[1])
+                del patterns[bounded[0]]
+            else:
+                # One counted repetition: the automaton keeps one copy of a character and counts.
+                parts.append(repeat(COUNTED_STRING_CHAR, flat.min_length, flat.max_length))
+        for pattern in patterns:
             node = self._pattern(pattern, f"{flat.pointer}/pattern")
             if node is not None:
                 parts.append(node)
@@ -673,17 +680,26 @@ class _Translator:
         if not isinstance(pattern, str):
             self.fatal("pattern", pointer, "pattern must be a string")
         try:
-            branches = []
-            for branch in _top_level_alternatives(pattern):
-                body, anchored_start, anchored_end = _strip_anchors(branch)
-                branches.append(seq(
-                    EMPTY if anchored_start else star(ANY_DECODED_CHAR),
-                    _text_from_here(body, anchored_start, anchored_end),
-                ))
-            return encode_regular(alt(*branches))
+            return encode_regular(_pattern_texts(pattern))
         except (GrammarError, EncodingError, RecursionError) as error:
             self.unsupported("pattern", pointer, f"pattern {pattern!r}: {error}")
             return None
+
+    @staticmethod
+    def _pattern_within_length(patterns: list, shortest: int, longest: int | None) -> tuple[int, Node] | None:
+        """(index, string bodies) of the first of ``patterns`` whose texts of ``shortest``
+        to ``longest`` characters are one regular node (``within_length``), None where
+        none is; a pattern that fails here is left to ``_pattern``, which reports it."""
+        for index, pattern in enumerate(patterns):
+            if not isinstance(pattern, str):
+                continue
+            try:
+                bounded = within_length(_pattern_texts(pattern), shortest, longest)
+                if bounded is not None:
+                    return index, encode_regular(bounded)
+            except (GrammarError, EncodingError, RecursionError):
+                continue
+        return None
 
     def _not_matching(self, flat: Flat) -> list[Node]:
         """The bodies of strings matching none of ``flat.not_matching`` (from a negated
@@ -1454,6 +1470,21 @@ def _top_level_alternatives(pattern: str) -> list[str]:
     """Split a regex at its top-level ``|`` (outside groups and classes)."""
     cuts = [i for i, char, depth in _outside_classes(pattern) if char == "|" and depth == 0]
     return [pattern[start + 1 : end] for start, end in zip([-1, *cuts], [*cuts, len(pattern)])]
+
+
+@lru_cache(maxsize=1024)
+def _pattern_texts(pattern: str) -> Node:
+    """The decoded texts a JSON Schema ``pattern`` matches (a search, so unanchored ends
+    take anything), as a regular node over characters (memoised: a pattern under a union
+    is in every alternative, and under a length limit it is tried inside the bound first)."""
+    branches = []
+    for branch in _top_level_alternatives(pattern):
+        body, anchored_start, anchored_end = _strip_anchors(branch)
+        branches.append(seq(
+            EMPTY if anchored_start else star(ANY_DECODED_CHAR),
+            _text_from_here(body, anchored_start, anchored_end),
+        ))
+    return alt(*branches)
 
 
 def _text_from_here(body: str, at_start: bool, anchored_end: bool) -> Node:

@@ -209,6 +209,72 @@ def encode_regular(node: Node) -> Node:
 ANY_DECODED_CHAR = _ANY_CODE_POINT
 
 
+def _fixed_length(node: Node) -> int | None:
+    """How many decoded characters every text of ``node`` has, None where they differ (or
+    where ``node`` is not a plain regular node over characters)."""
+    if isinstance(node, Bytes):
+        try:
+            return len(node.value.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+    if isinstance(node, CharSet):
+        return 1
+    if isinstance(node, ByteSet):
+        return 1 if all(hi <= 0x7F for _, hi in node.ranges) else None
+    if isinstance(node, Seq):
+        lengths = [_fixed_length(item) for item in node.items]
+        return None if None in lengths else sum(lengths)
+    if isinstance(node, Alt):
+        lengths = {_fixed_length(item) for item in node.items}
+        return lengths.pop() if len(lengths) == 1 else None
+    if isinstance(node, Repeat) and node.max == node.min:
+        length = _fixed_length(node.item)
+        return None if length is None else length * node.min
+    return None
+
+
+def within_length(node: Node, shortest: int, longest: int | None) -> Node | None:
+    """The texts of ``node`` (a regular language over decoded characters) that have
+    ``shortest`` to ``longest`` characters, as one node without an intersection; None
+    where the bound cannot go inside ``node``'s shape.
+
+    It goes inside a sequence with one part of varying length (the others' lengths are
+    taken off the bound), each alternative, and a repetition of a fixed-length item (its
+    count is bounded): ``^[A-Z][a-z0-9_]*$`` under ``maxLength: 64`` becomes
+    ``[A-Z][a-z0-9_]{0,63}``, which the automaton counts, where intersecting a counted
+    string with the pattern's automaton builds a state per pattern state and length."""
+    fixed = _fixed_length(node)
+    if fixed is not None:
+        return node if shortest <= fixed and (longest is None or fixed <= longest) else NOTHING
+    if isinstance(node, Alt):
+        branches = [within_length(item, shortest, longest) for item in node.items]
+        return None if None in branches else alt(*branches)
+    if isinstance(node, Seq):
+        lengths = [_fixed_length(item) for item in node.items]
+        varying = [index for index, length in enumerate(lengths) if length is None]
+        if len(varying) != 1:
+            return None
+        index = varying[0]
+        others = sum(length for length in lengths if length is not None)
+        if longest is not None and longest < others:
+            return NOTHING
+        inner = within_length(node.items[index], max(0, shortest - others),
+                              None if longest is None else longest - others)
+        if inner is None:
+            return None
+        return seq(*node.items[:index], inner, *node.items[index + 1:])
+    if isinstance(node, Repeat):
+        size = _fixed_length(node.item)
+        if not size:
+            return None
+        fewest = max(node.min, -(-shortest // size))
+        most = node.max if longest is None else longest // size if node.max is None else min(node.max, longest // size)
+        if most is not None and most < fewest:
+            return NOTHING
+        return repeat(node.item, fewest, most)
+    return None
+
+
 #: Code points with escapes in JSON, the other ASCII ones, and the rest (see strings_other_than).
 _KEY_ZONES = (
     ((0x00, 0x1F), (0x22, 0x22), (0x2F, 0x2F), (0x5C, 0x5C)),

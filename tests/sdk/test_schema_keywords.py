@@ -270,6 +270,50 @@ def test_pattern_matches_decoded_string():
     assert not grammar.accepts('"n"')
 
 
+# (pattern, whether a length bound goes inside it: one part of varying length, or
+# alternatives that each have one); the others are intersected with a counted string.
+LENGTH_BOUNDED_PATTERNS = [
+    ("^[A-Za-z0-9_][^<>*#.%&:\\\\+?/]*$", True),
+    ("^ab", True),
+    ("c$", True),
+    ("^(ab|cd)x*$", True),
+    ("^(ab){2,}$", True),
+    ("^\\d{2}-[a-z\u00e9]*$", True),
+    ("^[ab]{3,5}$", True),
+    ("^(a|b)$|^c*$", True),
+    ("^x?y*$", False),
+    ("a", False),
+    ("^\\d+\\.\\d+.*$", False),
+]
+LENGTH_BOUNDS = [(0, 0), (0, 3), (2, 5), (3, 3), (4, None), (1, 12)]
+
+
+@pytest.mark.parametrize(("pattern", "inside"), LENGTH_BOUNDED_PATTERNS)
+@pytest.mark.parametrize(("shortest", "longest"), LENGTH_BOUNDS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_pattern_under_length_bounds_matches_as_both_keywords_do(pattern, inside, shortest, longest, data):
+    schema = {"type": "string", "pattern": pattern, "minLength": shortest}
+    if longest is not None:
+        schema["maxLength"] = longest
+    try:
+        grammar = _bounded_pattern_grammar(json.dumps(schema))
+    except UnsatisfiableSchemaError:
+        grammar = None
+    else:
+        # Where the bound goes inside the pattern, no intersection is left to build states by.
+        assert (not grammar.automaton._nfa.intersections) == inside
+    alphabet = sorted(set(re.sub(r"[\\^$()?!=|*+{}\[\],0-9]", "", pattern)) | {"a", "b", "c", "x", "1", ".", "\u00e9"})
+    text = data.draw(st.text(alphabet=alphabet, max_size=14))
+    valid = shortest <= len(text) and (longest is None or len(text) <= longest) and re.search(pattern, text) is not None
+    assert (grammar is not None and grammar.accepts(dumps(text))) == valid
+
+
+@functools.lru_cache(maxsize=None)
+def _bounded_pattern_grammar(schema_text: str):
+    return grammar_from_schema(json.loads(schema_text))
+
+
 LOOKAHEAD_PATTERNS = [
     "^(?!@@)[@a-z0-9_-]+$",
     "^(?!tmp_|cache\\.).*",
