@@ -2022,16 +2022,16 @@ static Py_buffer *table_view(NfaTables *t) {
 /* ``partition`` of a tuple of byte sets: a new reference, None past 64 sets, NULL on error. */
 static PyObject *split_bytes(PyObject *masks);
 
-/* Array ``index`` of a partition (0: each byte's part, 4: the fresh row), 256 values of
- * ``itemsize`` bytes; NULL with an exception when it is not. The partition holds it. */
-static const void *partition_array(PyObject *partition, Py_ssize_t index, Py_ssize_t itemsize) {
-    PyObject *array = PyTuple_Check(partition) && PyTuple_GET_SIZE(partition) == 5
-                          ? PyTuple_GET_ITEM(partition, index) : NULL;
-    if (array == NULL || !PyBytes_Check(array) || PyBytes_GET_SIZE(array) != 256 * itemsize) {
-        PyErr_SetString(PyExc_ValueError, "a partition's arrays are not 256 values as bytes");
+/* Each byte's part in a partition (256 int16 values, -1: no part); NULL with an exception
+ * when it is not one. The partition holds the array. */
+static const int16_t *partition_parts(PyObject *partition) {
+    PyObject *array = PyTuple_Check(partition) && PyTuple_GET_SIZE(partition) == 3
+                          ? PyTuple_GET_ITEM(partition, 0) : NULL;
+    if (array == NULL || !PyBytes_Check(array) || PyBytes_GET_SIZE(array) != 256 * (Py_ssize_t)sizeof(int16_t)) {
+        PyErr_SetString(PyExc_ValueError, "a partition's parts are not 256 int16 values as bytes");
         return NULL;
     }
-    return PyBytes_AS_STRING(array);
+    return (const int16_t *)PyBytes_AS_STRING(array);
 }
 
 /* The scan of configuration ``config`` kept for its partly filled row, made (and its row
@@ -2070,11 +2070,14 @@ static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, in
         Py_DECREF(by_mask);
         Py_RETURN_NONE;
     }
-    const int32_t *fresh_row = (const int32_t *)partition_array(partition, 4, sizeof(int32_t));
-    if (fresh_row == NULL) {
+    const int16_t *part_of_byte = partition_parts(partition);
+    if (part_of_byte == NULL) {
         goto fail;
     }
-    memcpy(row, fresh_row, 256 * sizeof(int32_t));
+    /* The fresh row: the bytes of no part are dead, the others not computed yet. */
+    for (int b = 0; b < 256; b++) {
+        row[b] = part_of_byte[b] < 0 ? DEAD : UNKNOWN;
+    }
     scan = PyTuple_Pack(3, by_mask, masks, partition);
     if (scan == NULL || PyDict_SetItem(t->row_scans, config_number, scan) < 0) {
         Py_XDECREF(scan);
@@ -2109,7 +2112,7 @@ typedef struct {
     Py_buffer *table;
     int32_t *row;
     PyObject *scan, *parts;
-    const Py_ssize_t *part_of_byte;
+    const int16_t *part_of_byte;
 } RowWork;
 
 enum { ROW_ERROR = -1, ROW_READY, ROW_KNOWN, ROW_PYTHON };
@@ -2148,15 +2151,15 @@ static int open_row(NfaTables *t, long config, int byte, const char *function, R
     }
     PyObject *partition = PyTuple_Check(work->scan) && PyTuple_GET_SIZE(work->scan) == 3
                               ? PyTuple_GET_ITEM(work->scan, 2) : NULL;
-    if (partition == NULL || !PyTuple_Check(partition) || PyTuple_GET_SIZE(partition) != 5 ||
-        !PyList_Check(PyTuple_GET_ITEM(partition, 2))) {
+    if (partition == NULL || !PyTuple_Check(partition) || PyTuple_GET_SIZE(partition) != 3 ||
+        !PyList_Check(PyTuple_GET_ITEM(partition, 1))) {
         PyErr_Format(PyExc_ValueError, "%s: a row scan is not (by_mask, masks, partition)", function);
         return ROW_ERROR;
     }
-    if ((work->part_of_byte = (const Py_ssize_t *)partition_array(partition, 0, sizeof(Py_ssize_t))) == NULL) {
+    if ((work->part_of_byte = partition_parts(partition)) == NULL) {
         return ROW_ERROR;
     }
-    work->parts = PyTuple_GET_ITEM(partition, 2);
+    work->parts = PyTuple_GET_ITEM(partition, 1);
     return ROW_READY;
 }
 
@@ -2182,7 +2185,7 @@ static PyObject *fill_part(NfaTables *t, RowWork *work, Py_ssize_t part) {
          * a pass over the whole row; other targets (scattered bytes) take the pass. */
         int low = 0, high = 255;
         PyObject *partition = PyTuple_GET_ITEM(work->scan, 2);
-        PyObject *targets = PyTuple_GET_ITEM(partition, 3);
+        PyObject *targets = PyTuple_GET_ITEM(partition, 2);
         PyObject *target = PyList_Check(targets) && part < PyList_GET_SIZE(targets) ? PyList_GET_ITEM(targets, part) : NULL;
         if (target != NULL && PyLong_CheckExact(target)) {
             low = high = (int)PyLong_AsLong(target);
@@ -2587,9 +2590,8 @@ static PyObject *part_target(const Py_ssize_t *part_of_byte, Py_ssize_t part, in
 const char partition_doc[] = (
 "partition(masks)\n"
 "\n"
-"As ``automaton._partition`` for a tuple of at most 64 byte sets (256-bit ints), with\n"
-"the two arrays as bytes (native ``intp`` and ``int32`` values) and the targets that are\n"
-"neither one byte nor a range as lists; None for more byte sets.");
+"As ``automaton._partition`` for a tuple of at most 64 byte sets (256-bit ints), the\n"
+"targets that are neither one byte nor a range as lists; None for more byte sets.");
 
 PyObject *partition(PyObject *self, PyObject *masks) {
     (void)self;
@@ -2639,7 +2641,7 @@ static PyObject *split_bytes(PyObject *masks) {
         num_parts = distinct;
     }
     Py_ssize_t part_of_byte[256];
-    int32_t fresh_row[256];
+    int16_t parts_as_values[256];
     int part_low[256], part_high[256], part_count[256] = {0};
     for (int b = 0; b < 256; b++) {
         Py_ssize_t part = -1;
@@ -2653,19 +2655,12 @@ static PyObject *split_bytes(PyObject *masks) {
             part_high[part] = b;
         }
         part_of_byte[b] = part;
-        fresh_row[b] = membership[b] ? UNKNOWN : DEAD;
+        parts_as_values[b] = (int16_t)part;
     }
-    PyObject *part_list = PyList_New(256), *members = PyList_New(num_parts), *targets = PyList_New(num_parts);
+    PyObject *members = PyList_New(num_parts), *targets = PyList_New(num_parts);
     PyObject *result = NULL;
-    if (part_list == NULL || members == NULL || targets == NULL) {
+    if (members == NULL || targets == NULL) {
         goto done;
-    }
-    for (int b = 0; b < 256; b++) {
-        PyObject *value = PyLong_FromSsize_t(part_of_byte[b]);
-        if (value == NULL) {
-            goto done;
-        }
-        PyList_SET_ITEM(part_list, b, value);
     }
     for (Py_ssize_t part = 0; part < num_parts; part++) {
         PyObject *holding = PyList_New(0),
@@ -2690,11 +2685,10 @@ static PyObject *split_bytes(PyObject *masks) {
             }
         }
     }
-    result = Py_BuildValue("(y#OOOy#)", (const char *)part_of_byte, (Py_ssize_t)sizeof(part_of_byte), part_list,
-                           members, targets, (const char *)fresh_row, (Py_ssize_t)sizeof(fresh_row));
+    result = Py_BuildValue("(y#OO)", (const char *)parts_as_values, (Py_ssize_t)sizeof(parts_as_values), members,
+                           targets);
 
 done:
-    Py_XDECREF(part_list);
     Py_XDECREF(members);
     Py_XDECREF(targets);
     return result;

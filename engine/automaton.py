@@ -1630,12 +1630,12 @@ def _bytes_of(bits: int, byte_sets: dict[int, np.ndarray]) -> np.ndarray:
 
 def _partition(masks: list[int], byte_sets: dict[int, np.ndarray]) -> tuple:
     """Split the bytes into the parts every byte set of ``masks`` either holds whole or
-    misses whole: (each byte's part, -1 for none, as native ``intp`` bytes and as a list;
-    per part the indices of the masks holding it; per part its bytes, as an index of a
-    table row; a row with the bytes of no part dead and the rest unknown, as ``int32``
-    bytes). The arrays are bytes so that native row building reads them as they are.
-    Rows of many configurations scan the same byte sets: ``_Partitions`` memoises the
-    split by them. ``byte_sets`` memoises the bytes of each set."""
+    misses whole: (each byte's part, -1 for none, as ``int16`` bytes, which native row
+    building reads as they are; per part the indices of the masks holding it; per part
+    its bytes, as an index of a table row). Rows of many configurations scan the same
+    byte sets: ``_Partitions`` memoises the split by them, and keeps it small (a
+    configuration with new byte sets makes one). ``byte_sets`` memoises the bytes of each
+    set. ``parts_of_bytes`` and ``fresh_row`` read the parts."""
     parts: list[tuple[int, list[int]]] = []
     for index, mask in enumerate(masks):
         refined = []
@@ -1652,14 +1652,24 @@ def _partition(masks: list[int], byte_sets: dict[int, np.ndarray]) -> tuple:
         if rest:
             refined.append((rest, [index]))
         parts = refined
-    part_of_byte = np.full(256, -1, dtype=np.intp)
+    part_of_byte = np.full(256, -1, dtype=np.int16)
     part_bytes = [_bytes_of(bits, byte_sets) for bits, _members in parts]
     for number, values in enumerate(part_bytes):
         part_of_byte[values] = number
-    fresh_row = np.where(part_of_byte < 0, DEAD, _UNKNOWN).astype(np.int32)
     targets = [_row_index(values) for values in part_bytes]
     members = [members for _bits, members in parts]
-    return part_of_byte.tobytes(), part_of_byte.tolist(), members, targets, fresh_row.tobytes()
+    return part_of_byte.tobytes(), members, targets
+
+
+def parts_of_bytes(partition: tuple) -> np.ndarray:
+    """Each byte's part in a ``_partition`` (-1 for none), as an ``intp`` array."""
+    return np.frombuffer(partition[0], dtype=np.int16).astype(np.intp)
+
+
+def fresh_row(partition: tuple) -> np.ndarray:
+    """A row of a ``_partition``'s configuration before any entry is computed: the bytes of
+    no part dead, the rest unknown."""
+    return np.where(parts_of_bytes(partition) < 0, DEAD, _UNKNOWN).astype(np.int32)
 
 
 class _Partitions(dict):
@@ -1785,7 +1795,8 @@ class ByteAutomaton:
         key = tuple(sorted(masks))
         found = self._class_tables.get(key)
         if found is None:
-            _, class_of_byte, members, _targets, _fresh_row = self._partitions[key]
+            partition = self._partitions[key]
+            class_of_byte, members = parts_of_bytes(partition).tolist(), partition[1]
             representative = [-1] * len(members)
             for byte, number in enumerate(class_of_byte):
                 if number >= 0 and representative[number] < 0:
@@ -2061,11 +2072,11 @@ class ByteAutomaton:
         if scan is None:
             self._compute_row_by_class(cid)
             return
-        by_mask, masks, (part_of_byte, _parts_of_bytes, parts, _targets, _fresh_row) = scan
+        by_mask, masks, partition = scan
         # One successor per part, then DEAD for the bytes no item scans.
-        successors = [self._part_successor(by_mask, masks, members) for members in parts]
+        successors = [self._part_successor(by_mask, masks, members) for members in partition[1]]
         successors.append(DEAD)
-        self._table[cid] = np.array(successors, dtype=np.int32)[np.frombuffer(part_of_byte, dtype=np.intp)]
+        self._table[cid] = np.array(successors, dtype=np.int32)[parts_of_bytes(partition)]
 
     def _compute_entries(self, cid: int, byte_values) -> None:
         """Fill the successors of ``cid`` for ``byte_values`` (and the rest of their parts)."""
@@ -2079,14 +2090,16 @@ class ByteAutomaton:
                 self._compute_row_locked(cid)
                 self._complete.add(cid)
                 return
-            by_mask, masks, (_part_of_byte, parts_of_bytes, parts, targets, fresh_row) = scan
+            by_mask, masks, partition = scan
+            _, parts, targets = partition
             if cid not in self._scans:
                 # Kept until the row is complete (as tuples, see _plain_scans).
                 masks = tuple(masks)
-                self._scans[cid] = (by_mask, masks, scan[2])
-                self._table[cid] = np.frombuffer(fresh_row, dtype=np.int32)
+                self._scans[cid] = (by_mask, masks, partition)
+                self._table[cid] = fresh_row(partition)
+            part_of_byte = memoryview(partition[0]).cast("h")
             for value in byte_values:
-                part = parts_of_bytes[value]
+                part = part_of_byte[value]
                 if part >= 0 and self._table.item(cid, value) == _UNKNOWN:
                     successor = self._part_successor(by_mask, masks, parts[part])
                     # Read the table only now: interning new configurations may grow it.

@@ -876,16 +876,22 @@ def test_native_partition_is_pythons(byte_sets):
         return
     expected = automaton_module._partition(list(masks), {})
     found = automaton_module._Partitions()[masks]
-    part_of_byte = np.frombuffer(found[0], dtype=np.intp)
-    assert found[0] == expected[0] and found[1] == expected[1] == part_of_byte.tolist()
-    assert found[2] == expected[2]
+    part_of_byte = automaton_module.parts_of_bytes(found)
+    assert found[0] == expected[0]
+    assert found[1] == expected[1]
+    # Every byte a set holds is in a part whose members name that set, and only those.
+    for index, mask in enumerate(masks):
+        for value in range(256):
+            held = part_of_byte[value] >= 0 and index in found[1][part_of_byte[value]]
+            assert held == bool(mask >> value & 1)
     row = np.zeros(256, dtype=np.int32)
-    for part, (target, expected_target) in enumerate(zip(found[3], expected[3], strict=True)):
+    for part, (target, expected_target) in enumerate(zip(found[2], expected[2], strict=True)):
         # Any index form will do, as long as it names the part's bytes.
         marked, expected_marked = row.copy(), row.copy()
         marked[target], expected_marked[expected_target] = 1, 1
         assert np.array_equal(marked, expected_marked) and np.array_equal(np.flatnonzero(marked), np.flatnonzero(part_of_byte == part))
-    assert found[4] == expected[4]
+    fresh = automaton_module.fresh_row(found)
+    assert np.array_equal(fresh, np.where(part_of_byte < 0, automaton_module.DEAD, automaton_module._UNKNOWN))
 
 
 @pytest.mark.skipif(native.states is None, reason="the native extension is not built")
