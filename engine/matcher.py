@@ -310,29 +310,36 @@ class MaskEntry:
 
 
 class MaskCache:
-    """LRU of ``MaskEntry`` by state, bounded by total bytes."""
+    """LRU of ``MaskEntry`` by state, bounded by total bytes: an entry counts for its size
+    when stored (``MaskEntry.nbytes``), and leaving takes off that same count. What an
+    entry computes later on demand (sorted ids, ends, a budget's costs: vocabulary-sized
+    arrays at most) is not counted; taking its grown size off at eviction, as if it had
+    been, would let ``used`` fall below what the cache holds and the cache outgrow its bound."""
 
     def __init__(self, max_bytes: int = MASK_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
         self.used = 0
+        # key -> [entry, bytes counted for it in ``used``]
         self._entries: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key):
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-            return entry
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
 
     def put(self, key, entry: MaskEntry) -> None:
         with self._lock:
             self._pop(key)
-            self._entries[key] = entry
-            self.used += entry.nbytes
+            size = entry.nbytes
+            self._entries[key] = [entry, size]
+            self.used += size
             while self.used > self.max_bytes and len(self._entries) > 1:
-                _, evicted = self._entries.popitem(last=False)
-                self.used -= evicted.nbytes
+                _, (_evicted, counted) = self._entries.popitem(last=False)
+                self.used -= counted
 
     def discard(self, key) -> None:
         with self._lock:
@@ -341,7 +348,7 @@ class MaskCache:
     def _pop(self, key) -> None:
         old = self._entries.pop(key, None)
         if old is not None:
-            self.used -= old.nbytes
+            self.used -= old[1]
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -599,6 +599,23 @@ def test_mask_cache_is_bounded_by_bytes():
     assert cache.used == sum(cache.get(k).nbytes for k in kept[1:])
 
 
+def test_mask_cache_counts_an_entry_as_stored_even_after_it_grows():
+    from surecall.engine.matcher import MaskCache, MaskEntry
+
+    cache = MaskCache(max_bytes=20_000)
+    stored = {}
+    for key in range(40):
+        entry = MaskEntry(4096, np.arange(key, key + 300, dtype=np.int32), np.zeros(300, dtype=np.int32))
+        cache.put(key, entry)
+        stored[key] = entry.nbytes
+        # Reading the sorted ids and ends makes arrays the entry keeps: it grows after it was counted.
+        assert len(entry.ids) == 300 and len(entry.ends) == 300 and entry.nbytes > stored[key]
+        held = [k for k in stored if cache.get(k) is not None]
+        assert cache.used == sum(stored[k] for k in held)
+        assert cache.used <= 20_000 or len(cache) == 1
+    assert 0 < len(cache) < 40
+
+
 @pytest.mark.parametrize(
     ("pattern", "prefix", "group"),
     [
