@@ -1796,9 +1796,9 @@ class ByteAutomaton:
         found = self._class_tables.get(key)
         if found is None:
             partition = self._partitions[key]
-            class_of_byte, members = parts_of_bytes(partition).tolist(), partition[1]
+            class_of_byte, members = parts_of_bytes(partition), partition[1]
             representative = [-1] * len(members)
-            for byte, number in enumerate(class_of_byte):
+            for byte, number in enumerate(class_of_byte.tolist()):
                 if number >= 0 and representative[number] < 0:
                     representative[number] = byte
             inside: dict[int, list[int]] = {mask: [] for mask in key}
@@ -1806,7 +1806,7 @@ class ByteAutomaton:
                 for index in holding:
                     inside[key[index]].append(number)
             found = (
-                np.array(class_of_byte, dtype=np.intp), representative,
+                class_of_byte, representative,
                 {mask: tuple(numbers) for mask, numbers in inside.items()},
             )
             self._class_tables[key] = found
