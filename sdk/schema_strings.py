@@ -268,7 +268,9 @@ def within_length(node: Node, shortest: int, longest: int | None) -> Node | None
         if not size:
             return None
         fewest = max(node.min, -(-shortest // size))
-        most = node.max if longest is None else longest // size if node.max is None else min(node.max, longest // size)
+        most = node.max
+        if longest is not None:
+            most = longest // size if most is None else min(most, longest // size)
         if most is not None and most < fewest:
             return NOTHING
         return repeat(node.item, fewest, most)
