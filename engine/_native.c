@@ -136,11 +136,15 @@ static int stepper_open(Stepper *stepper, PyObject *automaton) {
     return 0;
 }
 
+/* A trie node with at most this many children reads few bytes of its configuration's row. */
+#define FEW_CHILDREN 3
+
 /* The successor of ``config`` by ``value``, not in the table yet; UNKNOWN with an exception
- * set on failure. ``stepper->table`` may be a new (grown) table afterwards. */
-static int32_t stepper_entry(Stepper *stepper, int32_t config, int32_t value) {
+ * set on failure. ``stepper->table`` may be a new (grown) table afterwards. ``few_bytes_read``
+ * as ``native_entry`` takes it. */
+static int32_t stepper_entry(Stepper *stepper, int32_t config, int32_t value, int few_bytes_read) {
     if (stepper->tables != NULL && stepper->tables != Py_None) {
-        int32_t after = native_entry(stepper->tables, config, value, stepper->num_rows);
+        int32_t after = native_entry(stepper->tables, config, value, stepper->num_rows, few_bytes_read);
         if (after != NATIVE_ENTRY_ASK_PYTHON) {
             return after;
         }
@@ -309,7 +313,7 @@ static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, cons
             const uint64_t bit = unknown & (~unknown + 1);
             unknown &= unknown - 1;
             int32_t after = ((const int32_t *)stepper->table.buf)[(Py_ssize_t)config * ROW_WIDTH + value];
-            if (after == UNKNOWN && (after = stepper_entry(stepper, config, value)) == UNKNOWN) {
+            if (after == UNKNOWN && (after = stepper_entry(stepper, config, value, 0)) == UNKNOWN) {
                 return -1;
             }
             if (after != config) {
@@ -467,7 +471,7 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
                 const uint8_t value = node_byte[child];
                 int32_t after = row[value];
                 if (after == UNKNOWN) {
-                    after = stepper_entry(&stepper, config, value);
+                    after = stepper_entry(&stepper, config, value, children_end - child_start[node] <= FEW_CHILDREN);
                     if (after == UNKNOWN) {
                         goto done;
                     }
@@ -493,7 +497,8 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
                     if (below_bytes != NULL && first_after == UNKNOWN && first_below < 0x80) {
                         /* The next level reads this entry anyway; asking the shortcut first
                          * would compute the subtree's lowest byte, often no child's. */
-                        first_after = stepper_entry(&stepper, after, first_below);
+                        first_after = stepper_entry(&stepper, after, first_below,
+                                                    child_end[child] - child_start[child] <= FEW_CHILDREN);
                         if (first_after == UNKNOWN) {
                             goto done;
                         }
@@ -562,7 +567,7 @@ static int32_t run_tail(Stepper *stepper, int32_t config, const uint8_t *tail, i
         }
         const uint8_t value = tail[position];
         int32_t after = ((const int32_t *)stepper->table.buf)[(Py_ssize_t)config * ROW_WIDTH + value];
-        if (after == UNKNOWN && (after = stepper_entry(stepper, config, value)) == UNKNOWN) {
+        if (after == UNKNOWN && (after = stepper_entry(stepper, config, value, 1)) == UNKNOWN) {
             return UNKNOWN;
         }
         config = after;

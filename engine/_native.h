@@ -27,9 +27,11 @@ PyObject *completion_bounds(PyObject *self, PyObject *args);
 
 /* ``entry`` for the trie walks: the successor of ``config`` by ``value`` computed natively,
  * or NATIVE_ENTRY_ASK_PYTHON (possibly with an exception set) when ``automaton.step`` must
- * compute it: not native tables, no spare table row, a row Python computes, or an error. */
+ * compute it: not native tables, no spare table row, a row Python computes, or an error.
+ * ``few_bytes_read``: the walk reads few bytes of the row here (a trie node of few
+ * children), so while few of its entries are known the byte's is computed alone. */
 #define NATIVE_ENTRY_ASK_PYTHON (-2)
-int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows);
+int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows, int few_bytes_read);
 extern const char nfa_tables_doc[], close_doc[], plain_scans_doc[], frozen_doc[], intern_info_doc[], settle_context_doc[], bind_doc[], successor_doc[], utf8_agrees_doc[], entry_doc[], fill_row_doc[], count_shifted_doc[], successors_doc[], partition_doc[],
     bound_tables_doc[], completion_bounds_doc[];
 

@@ -1106,6 +1106,63 @@ static long context_of(NfaTables *t, long config) {
     return PyLong_AsLong(PyList_GET_ITEM(t->contexts, config));
 }
 
+/* The origin items called from a configuration get in its scans, for the call watch it was
+ * made for: one made per call watch met in a row (items of one call share it). */
+typedef struct {
+    PyObject *watch;   /* alive through ``origin`` */
+    PyObject *origin;  /* owned; NULL before the first */
+} SelfOrigin;
+
+enum { SCAN_ERROR = -1, SCAN_SKIP, SCAN_TAKE, SCAN_REFUSE };
+
+/* How a plain scan of configuration ``config`` reads ``item``: SCAN_SKIP (it scans no byte),
+ * SCAN_REFUSE (the row is Python's scan by byte class: a watch, an intersection, an except!
+ * position), or SCAN_TAKE with its position and the origin and token state of the item it
+ * scans to (borrowed: from ``item``, or ``self_origin``'s for a call made inside ``config``);
+ * SCAN_ERROR with an exception set. */
+static int plain_scan_of_item(NfaTables *t, PyObject *item, long config, SelfOrigin *self_origin, int32_t *p,
+                              PyObject **origin, PyObject **state) {
+    PyObject *o, *w;
+    if (unpack_item(t, item, p, &o, &w, state) < 0) {
+        return SCAN_ERROR;
+    }
+    if (!t->scans[*p]) {
+        return SCAN_SKIP;
+    }
+    const int k = t->kind[*p];
+    if (w != Py_None || k == K_ISECT || (t->arg[*p] >= 0 && k != K_ANY_INSIDE && k != K_ANY_START)) {
+        return SCAN_REFUSE;
+    }
+    if (k == K_ANY_START) {
+        if (*state == t->pending) {
+            return SCAN_SKIP;
+        }
+        *state = Py_None;
+    }
+    *origin = o;
+    if (o != Py_None) {
+        PyObject *call_watch;
+        long origin_config;
+        const int self_call = is_self_origin(o, &call_watch, &origin_config);
+        if (self_call < 0) {
+            return SCAN_ERROR;
+        }
+        if (self_call) {
+            if (self_origin->origin == NULL || call_watch != self_origin->watch) {
+                const long context = context_of(t, config);
+                PyObject *made = context < 0 ? NULL : origin_of(t, context, call_watch);
+                if (made == NULL) {
+                    return SCAN_ERROR;
+                }
+                Py_XSETREF(self_origin->origin, made);
+                self_origin->watch = call_watch;
+            }
+            *origin = self_origin->origin;
+        }
+    }
+    return SCAN_TAKE;
+}
+
 /* The scan ``plain_scans`` returns (a new reference), NULL on error. */
 static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
     /* Items grouped by the index of their mask: a few groups, searched in order. */
@@ -1120,7 +1177,7 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
     uint8_t *scanned_group = (uint8_t *)malloc((size_t)(most > 0 ? most : 1));
     Py_ssize_t num_scanned = 0;
     PyObject *iterator = NULL, *item, *result = NULL;
-    PyObject *last_watch = NULL, *last_origin = NULL;  /* the SELF origin made for ``last_watch`` */
+    SelfOrigin self_origin = {NULL, NULL};
     PyObject *by_mask = NULL;
     if (scanned_items == NULL || scanned_group == NULL) {
         PyErr_NoMemory();
@@ -1131,52 +1188,18 @@ static PyObject *plain_scans_of(NfaTables *t, PyObject *items, long config) {
     }
     while ((item = PyIter_Next(iterator)) != NULL) {
         int32_t p;
-        PyObject *o, *w, *state;
-        if (unpack_item(t, item, &p, &o, &w, &state) < 0) {
+        PyObject *origin, *state;
+        const int read = plain_scan_of_item(t, item, config, &self_origin, &p, &origin, &state);
+        if (read != SCAN_TAKE) {
             Py_DECREF(item);
-            goto done;
-        }
-        if (!t->scans[p]) {
-            Py_DECREF(item);
-            continue;
-        }
-        const int k = t->kind[p];
-        if (w != Py_None || k == K_ISECT || (t->arg[p] >= 0 && k != K_ANY_INSIDE && k != K_ANY_START)) {
-            Py_DECREF(item);
-            Py_INCREF(Py_None);
-            result = Py_None;
-            goto done;
-        }
-        if (k == K_ANY_START) {
-            if (state == t->pending) {
-                Py_DECREF(item);
+            if (read == SCAN_SKIP) {
                 continue;
             }
-            state = Py_None;
-        }
-        PyObject *origin = o;
-        if (o != Py_None) {
-            PyObject *call_watch;
-            long origin_config;
-            int self_call = is_self_origin(o, &call_watch, &origin_config);
-            if (self_call < 0) {
-                Py_DECREF(item);
-                goto done;
+            if (read == SCAN_REFUSE) {
+                Py_INCREF(Py_None);
+                result = Py_None;
             }
-            if (self_call) {
-                if (last_origin == NULL || call_watch != last_watch) {
-                    const long context = context_of(t, config);
-                    PyObject *made = context < 0 ? NULL : origin_of(t, context, call_watch);
-                    if (made == NULL) {
-                        Py_DECREF(item);
-                        goto done;
-                    }
-                    Py_XDECREF(last_origin);
-                    last_origin = made;
-                    last_watch = call_watch;  /* alive through last_origin */
-                }
-                origin = last_origin;
-            }
+            goto done;
         }
         PyObject *scanned = item_of(t, t->out[p], origin, Py_None, state);
         Py_DECREF(item);
@@ -1245,7 +1268,7 @@ done:
     }
     free(scanned_items);
     free(scanned_group);
-    Py_XDECREF(last_origin);
+    Py_XDECREF(self_origin.origin);
     Py_XDECREF(iterator);
     Py_XDECREF(by_mask);
     return result;
@@ -1589,6 +1612,8 @@ const char successor_doc[] = (
 "would exceed max_configs, or None when the closure meets an intersection (left to\n"
 "Python).");
 
+static PyObject *successor_of_kernel(NfaTables *t, PyObject *kernel, int any_tracked);
+
 /* What ``successor`` returns (a new reference), NULL on error; the tables are bound. */
 static PyObject *successor_of(NfaTables *t, PyObject *by_mask, PyObject *masks, PyObject *members) {
     if (!PyList_Check(masks) && !PyTuple_Check(masks)) {
@@ -1638,6 +1663,12 @@ static PyObject *successor_of(NfaTables *t, PyObject *by_mask, PyObject *masks, 
             }
         }
     }
+    return successor_of_kernel(t, kernel, any_tracked);
+}
+
+/* ``successor`` of a kernel made by the caller (a frozenset nothing else holds, stolen),
+ * ``any_tracked`` telling whether some item of it is tracked by the garbage collector. */
+static PyObject *successor_of_kernel(NfaTables *t, PyObject *kernel, int any_tracked) {
     if (!any_tracked) {
         PyObject_GC_UnTrack(kernel);  /* as ``plain_frozenset`` */
     }
@@ -2231,6 +2262,100 @@ static PyObject *entry_locked(NfaTables *t, long config, int byte, const uint8_t
     return result;
 }
 
+/* A row is filled one byte at a time until this many of its entries are known: past it the
+ * row's scan pays, one successor filling every byte of a part. */
+#define FEW_KNOWN_ENTRIES 4
+
+enum { BYTE_ENTRY_ERROR = -1, BYTE_ENTRY_MADE, BYTE_ENTRY_BY_PART };
+
+/* The successor of ``config`` by ``byte`` alone, from the items whose byte sets hold it,
+ * written to the row: for a configuration the trie walk passes through by a byte or two (a
+ * key's prefix, a place deep inside tokens), where a plain scan of every item by byte set,
+ * their sort and the byte partition cost more than the entries read. BYTE_ENTRY_MADE with
+ * what ``entry`` returns in ``result``; BYTE_ENTRY_BY_PART when the row takes its scan
+ * instead (enough entries known, or an item the plain scan refuses); BYTE_ENTRY_ERROR with
+ * an exception set. The kernel is the one the byte's part would have: the same successor. */
+static int byte_entry_locked(NfaTables *t, long config, int byte, PyObject **result) {
+    if (config < 0 || config >= PyList_GET_SIZE(t->configs) || byte < 0 || byte > 255) {
+        return BYTE_ENTRY_BY_PART;  /* which raises */
+    }
+    Py_buffer *table = table_view(t);
+    if (table == NULL) {
+        return BYTE_ENTRY_ERROR;
+    }
+    if (config >= table->shape[0]) {
+        return BYTE_ENTRY_BY_PART;
+    }
+    int32_t *row = (int32_t *)table->buf + (Py_ssize_t)config * 256;
+    int known = 0;
+    for (int b = 0; b < 256; b++) {
+        known += row[b] != UNKNOWN;
+    }
+    if (row[byte] != UNKNOWN || known >= FEW_KNOWN_ENTRIES) {
+        return BYTE_ENTRY_BY_PART;
+    }
+    PyObject *kernel = PyFrozenSet_New(NULL), *iterator = NULL, *item;
+    SelfOrigin self_origin = {NULL, NULL};
+    int any_tracked = 0, status = BYTE_ENTRY_MADE;
+    if (kernel == NULL || (iterator = PyObject_GetIter(PyList_GET_ITEM(t->configs, config))) == NULL) {
+        status = BYTE_ENTRY_ERROR;
+    }
+    while (status == BYTE_ENTRY_MADE && (item = PyIter_Next(iterator)) != NULL) {
+        int32_t p;
+        PyObject *origin, *state;
+        const int read = plain_scan_of_item(t, item, config, &self_origin, &p, &origin, &state);
+        int32_t mask = read == SCAN_TAKE ? mask_index(t, p) : 0;
+        if (read == SCAN_ERROR || mask < 0) {
+            status = BYTE_ENTRY_ERROR;
+        } else if (read == SCAN_REFUSE) {
+            status = BYTE_ENTRY_BY_PART;
+        } else if (read == SCAN_TAKE && (t->mask_bits[mask][byte >> 3] >> (byte & 7) & 1)) {
+            PyObject *scanned = item_of(t, t->out[p], origin, Py_None, state);
+            if (scanned == NULL || add_item(kernel, scanned, &any_tracked) < 0) {
+                status = BYTE_ENTRY_ERROR;
+            }
+            Py_XDECREF(scanned);
+        }
+        Py_DECREF(item);
+    }
+    if (status == BYTE_ENTRY_MADE && PyErr_Occurred()) {
+        status = BYTE_ENTRY_ERROR;
+    }
+    Py_XDECREF(iterator);
+    Py_XDECREF(self_origin.origin);
+    if (status != BYTE_ENTRY_MADE) {
+        Py_XDECREF(kernel);
+        return status;
+    }
+    PyObject *found = successor_of_kernel(t, kernel, any_tracked);
+    if (found == NULL) {
+        return BYTE_ENTRY_ERROR;
+    }
+    if (found != Py_None) {
+        const long successor = PyLong_AsLong(found);
+        if (successor >= -1) {
+            /* Interning never replaces the table: a new configuration's row was spare. */
+            row[byte] = (int32_t)successor;
+        }
+    }
+    *result = found;
+    return BYTE_ENTRY_MADE;
+}
+
+/* ``entry_locked`` by the byte alone while few of the row's entries are known (see
+ * ``byte_entry_locked``). */
+static PyObject *few_entries_locked(NfaTables *t, long config, int byte, const uint8_t *wanted) {
+    PyObject *result = NULL;
+    switch (byte_entry_locked(t, config, byte, &result)) {
+    case BYTE_ENTRY_MADE:
+        return result;
+    case BYTE_ENTRY_ERROR:
+        return NULL;
+    default:
+        return entry_locked(t, config, byte, wanted);
+    }
+}
+
 /* Fill every entry of a plain-scan row not filled yet (``ByteAutomaton._compute_row_locked``),
  * or those below ``end``, or (``wanted`` not NULL: 256 flags) those of the flagged bytes:
  * how many entries below ``end`` lead somewhere live, or None when Python must finish the
@@ -2508,7 +2633,7 @@ PyObject *count_shifted(PyObject *self, PyObject *args) {
     return locked(t, count_shifted_locked, config, by, NULL);
 }
 
-int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows) {
+int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows, int few_bytes_read) {
     if (!PyCapsule_IsValid(tables, CAPSULE_NAME)) {
         return NATIVE_ENTRY_ASK_PYTHON;
     }
@@ -2517,7 +2642,7 @@ int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t
     if (t == NULL || t->configs == NULL || PyList_GET_SIZE(t->configs) >= num_rows || value < 0 || value > 255) {
         return NATIVE_ENTRY_ASK_PYTHON;
     }
-    PyObject *found = locked(t, entry_locked, config, value, NULL);
+    PyObject *found = locked(t, few_bytes_read ? few_entries_locked : entry_locked, config, value, NULL);
     if (found == NULL) {
         PyErr_Clear();  /* Python computes the entry again and raises what it raises */
         return NATIVE_ENTRY_ASK_PYTHON;

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from surecall.engine import automaton as automaton_module
 from surecall.engine import native
-from surecall.engine.automaton import DEAD, ByteAutomaton, build_nfa
+from surecall.engine.automaton import _UNKNOWN, DEAD, ByteAutomaton, build_nfa
 from surecall.engine.errors import GrammarError
 from surecall.engine.grammar import AUTOMATON_CACHE_SIZE, Grammar, clear_automaton_cache
+from surecall.engine.matcher import Matcher, Status
 from surecall.engine.ir import NOTHING, Alt, AnyToken, Bytes, ByteSet, Complement, Except, Intersect, Ref, Repeat, Seq, alt, literal, seq, star
 from surecall.engine.regex import regex_to_ir
 
@@ -322,6 +323,67 @@ def test_consumed_byte_sets_are_the_masks_of_consuming_positions(text):
     for product in nfa.intersections:
         expected |= product.masks()
     assert automaton.consumed_masks() == expected
+
+
+class _AutomatonOnly:
+    """What a ``Matcher`` reads of a grammar: its automaton."""
+
+    def __init__(self, automaton) -> None:
+        self.automaton = automaton
+
+
+def _walk_vocabulary():
+    """Every byte, and pieces of the named grammars' texts: below the root, trie nodes of a
+    few children, where the native walk computes an entry from its byte alone."""
+    from surecall.engine.vocab import TokenVocabulary
+
+    pieces = [
+        b"true", b"tr", b"fals", b"null", b'{"', b'":', b'"a', b'"ab', b"abc", b"ab", b"ba", b"bab", b"aab",
+        b"*[", b"]*", b"*[a", b"a]*", b"((", b"(b", b"b)", b"(c)", b"12", b"1+2", b"+(", b"2*", b"-a", b"ac",
+        b"cc", b'", "', b"[1,", b"\\u00", "αβ".encode(), "αβγ".encode(),
+        "·".encode() + b"!", "ω·".encode(), b"\xce",
+    ]
+    table = [b"<eos>"] + [bytes([b]) for b in range(256)] + pieces
+    return TokenVocabulary(table, special_ids={0}, eos_token_ids={0})
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(choices=st.lists(st.integers(0, 10_000), max_size=25))
+def test_native_trie_walks_find_the_masks_of_the_python_build(name, choices):
+    # The native walk fills an entry met at a trie node of few children from that byte's
+    # items alone while few of the row's entries are known; Python fills whole parts.
+    grammar = Grammar.from_ebnf(GRAMMARS[name])
+    vocab = _walk_vocabulary()
+    built, python_only = _python_and_native_automata(dict(grammar.rules), grammar.start)
+    matchers = [Matcher(_AutomatonOnly(automaton), vocab) for automaton in (built, python_only)]
+    for choice in choices:
+        allowed = [matcher.allowed_token_ids().tolist() for matcher in matchers]
+        assert allowed[0] == allowed[1]
+        text = [token for token in allowed[0] if token not in vocab.eos_token_ids]
+        if not text:
+            break
+        token = text[choice % len(text)]
+        statuses = [matcher.advance(token) for matcher in matchers]
+        assert statuses[0] == statuses[1] != Status.REJECTED
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_trie_walks_fill_rows_of_narrow_nodes_byte_by_byte():
+    grammar = Grammar.from_ebnf(GRAMMARS["json"])
+    built = ByteAutomaton(build_nfa(dict(grammar.rules), grammar.start))
+    matcher = Matcher(_AutomatonOnly(built), _walk_vocabulary())
+    matcher.allowed_token_ids()
+    table = built.transition_table
+    # Rows with entries but neither a scan kept for them nor complete: filled by byte.
+    by_byte = [
+        config for config in range(built.num_configs)
+        if config not in built._scans and config not in built._complete and (table[config] != _UNKNOWN).any()
+    ]
+    assert by_byte
+    for config in by_byte:
+        assert (table[config] != _UNKNOWN).sum() <= 4
 
 
 def _python_and_native_automata(rules: dict, start: str, text_mode: bool = False):
