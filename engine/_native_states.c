@@ -2065,8 +2065,8 @@ static const int16_t *partition_parts(PyObject *partition) {
     return (const int16_t *)PyBytes_AS_STRING(array);
 }
 
-/* The scan of configuration ``config`` kept for its partly filled row, made (and its row
- * reset to the partition's fresh row) if there is none. A new reference; None when the row
+/* The scan of configuration ``config`` kept for its partly filled row, made (and the row's
+ * entries not known yet set as in the partition's fresh row) if there is none. A new reference; None when the row
  * is Python's to compute (no plain scan, or more byte sets than the native split takes). */
 static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, int32_t *row) {
     PyObject *scan = PyDict_GetItemWithError(t->row_scans, config_number);
@@ -2105,9 +2105,13 @@ static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, in
     if (part_of_byte == NULL) {
         goto fail;
     }
-    /* The fresh row: the bytes of no part are dead, the others not computed yet. */
+    /* The fresh row: the bytes of no part are dead, the others not computed yet. Entries
+     * filled byte by byte before (``byte_entry_locked``) stay: they are their parts'
+     * successors, and a caller may read them again after asking for others. */
     for (int b = 0; b < 256; b++) {
-        row[b] = part_of_byte[b] < 0 ? DEAD : UNKNOWN;
+        if (row[b] == UNKNOWN && part_of_byte[b] < 0) {
+            row[b] = DEAD;
+        }
     }
     scan = PyTuple_Pack(3, by_mask, masks, partition);
     if (scan == NULL || PyDict_SetItem(t->row_scans, config_number, scan) < 0) {
@@ -2129,12 +2133,15 @@ fail:
 }
 
 const char entry_doc[] = (
-"entry(tables, config, byte)\n"
+"entry(tables, config, byte, by_byte=False)\n"
 "\n"
 "As ``ByteAutomaton._compute_entries(config, (byte,))`` for a row of plain scans, with\n"
 "the containers given to ``bind``: fills the successor of ``byte`` (and the rest of its\n"
 "part) and returns it, or a code as ``successor`` does; None when the entry is\n"
-"Python's to compute. The caller grows the table when the successor is past its end.");
+"Python's to compute. The caller grows the table when the successor is past its end.\n"
+"With ``by_byte``, while few of the row's entries are known, only the byte's entry is\n"
+"filled, from the items whose byte sets hold it (as the trie walk does at a node of few\n"
+"children).");
 
 /* A row being filled: a writable view of the table, the row, and once its scan is known,
  * each byte's part (the partition's array, held by the scan) and the parts' byte-set
@@ -2422,8 +2429,8 @@ PyObject *entry(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *capsule;
     long config;
-    int byte;
-    if (!PyArg_ParseTuple(args, "Oli:entry", &capsule, &config, &byte)) {
+    int byte, by_byte = 0;
+    if (!PyArg_ParseTuple(args, "Oli|p:entry", &capsule, &config, &byte, &by_byte)) {
         return NULL;
     }
     NfaTables *t = tables_of(capsule);
@@ -2434,7 +2441,7 @@ PyObject *entry(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "entry: no such configuration or byte");
         return NULL;
     }
-    return locked(t, entry_locked, config, byte, NULL);
+    return locked(t, by_byte ? few_entries_locked : entry_locked, config, byte, NULL);
 }
 
 const char fill_row_doc[] = (

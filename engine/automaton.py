@@ -2096,7 +2096,9 @@ class ByteAutomaton:
                 # Kept until the row is complete (as tuples, see _plain_scans).
                 masks = tuple(masks)
                 self._scans[cid] = (by_mask, masks, partition)
-                self._table[cid] = fresh_row(partition)
+                # Entries filled byte by byte before (the native ``entry`` by byte) stay.
+                row = self._table[cid]
+                row[row == _UNKNOWN] = fresh_row(partition)[row == _UNKNOWN]
             part_of_byte = memoryview(partition[0]).cast("h")
             for value in byte_values:
                 part = part_of_byte[value]
@@ -2359,7 +2361,9 @@ class ByteAutomaton:
     def _entry(self, config: int, byte: int) -> int:
         """Compute the unknown successor of ``config`` by ``byte``."""
         if self._native is not None:
-            nxt = native.states.entry(self._native, config, byte)  # holds the lock itself
+            # A step reads one byte of the row (a token's bytes, a chain): the byte's entry
+            # alone while few are known. The native code holds the lock itself.
+            nxt = native.states.entry(self._native, config, byte, True)
             if nxt is not None:
                 return self._native_config(nxt)
         self._compute_entries(config, (byte,))
