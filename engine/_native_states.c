@@ -2066,8 +2066,9 @@ static const int16_t *partition_parts(PyObject *partition) {
 }
 
 /* The scan of configuration ``config`` kept for its partly filled row, made (and the row's
- * entries not known yet set as in the partition's fresh row) if there is none. A new reference; None when the row
- * is Python's to compute (no plain scan, or more byte sets than the native split takes). */
+ * entries not known yet set as in the partition's fresh row) if there is none. A new
+ * reference; None when the row is Python's to compute (no plain scan, or more byte sets than
+ * the native split takes). */
 static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, int32_t *row) {
     PyObject *scan = PyDict_GetItemWithError(t->row_scans, config_number);
     if (scan != NULL) {
@@ -2341,7 +2342,8 @@ static int byte_entry_locked(NfaTables *t, long config, int byte, PyObject **res
     if (found != Py_None) {
         const long successor = PyLong_AsLong(found);
         if (successor >= -1) {
-            /* Interning never replaces the table: a new configuration's row was spare. */
+            /* Interning never replaces the table (a caller grows it for a configuration
+             * past its end afterwards): the row is where it was. */
             row[byte] = (int32_t)successor;
         }
     }

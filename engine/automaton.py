@@ -2098,7 +2098,8 @@ class ByteAutomaton:
                 self._scans[cid] = (by_mask, masks, partition)
                 # Entries filled byte by byte before (the native ``entry`` by byte) stay.
                 row = self._table[cid]
-                row[row == _UNKNOWN] = fresh_row(partition)[row == _UNKNOWN]
+                unknown = row == _UNKNOWN
+                row[unknown] = fresh_row(partition)[unknown]
             part_of_byte = memoryview(partition[0]).cast("h")
             for value in byte_values:
                 part = part_of_byte[value]
