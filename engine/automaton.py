@@ -1635,7 +1635,7 @@ def _partition(masks: list[int], byte_sets: dict[int, np.ndarray]) -> tuple:
     its bytes, as an index of a table row). Rows of many configurations scan the same
     byte sets: ``_Partitions`` memoises the split by them, and keeps it small (a
     configuration with new byte sets makes one). ``byte_sets`` memoises the bytes of each
-    set. ``parts_of_bytes`` and ``fresh_row`` read the parts."""
+    set. ``parts_of_bytes`` reads the parts."""
     parts: list[tuple[int, list[int]]] = []
     for index, mask in enumerate(masks):
         refined = []
@@ -1664,12 +1664,6 @@ def _partition(masks: list[int], byte_sets: dict[int, np.ndarray]) -> tuple:
 def parts_of_bytes(partition: tuple) -> np.ndarray:
     """Each byte's part in a ``_partition`` (-1 for none), as an ``intp`` array."""
     return np.frombuffer(partition[0], dtype=np.int16).astype(np.intp)
-
-
-def fresh_row(partition: tuple) -> np.ndarray:
-    """A row of a ``_partition``'s configuration before any entry is computed: the bytes of
-    no part dead, the rest unknown."""
-    return np.where(parts_of_bytes(partition) < 0, DEAD, _UNKNOWN).astype(np.int32)
 
 
 class _Partitions(dict):
@@ -2096,10 +2090,10 @@ class ByteAutomaton:
                 # Kept until the row is complete (as tuples, see _plain_scans).
                 masks = tuple(masks)
                 self._scans[cid] = (by_mask, masks, partition)
-                # Entries filled byte by byte before (the native ``entry`` by byte) stay.
+                # The bytes of no part are dead; entries filled byte by byte before (the
+                # native ``entry`` by byte) stay, as the native scan leaves them.
                 row = self._table[cid]
-                unknown = row == _UNKNOWN
-                row[unknown] = fresh_row(partition)[unknown]
+                row[(row == _UNKNOWN) & (parts_of_bytes(partition) < 0)] = DEAD
             part_of_byte = memoryview(partition[0]).cast("h")
             for value in byte_values:
                 part = part_of_byte[value]

@@ -890,8 +890,6 @@ def test_native_partition_is_pythons(byte_sets):
         marked, expected_marked = row.copy(), row.copy()
         marked[target], expected_marked[expected_target] = 1, 1
         assert np.array_equal(marked, expected_marked) and np.array_equal(np.flatnonzero(marked), np.flatnonzero(part_of_byte == part))
-    fresh = automaton_module.fresh_row(found)
-    assert np.array_equal(fresh, np.where(part_of_byte < 0, automaton_module.DEAD, automaton_module._UNKNOWN))
 
 
 @pytest.mark.skipif(native.states is None, reason="the native extension is not built")
