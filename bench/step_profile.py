@@ -4,6 +4,7 @@
     python -m bench.step_profile --tokenizer qwen --engine llguidance
     python -m bench.step_profile --schemas Github_hard/o50114,send_email --top 40
     python -m bench.step_profile --tokenizer qwen --rewalk        # new masks again, states built
+    python -m bench.step_profile --tokenizer qwen --against llguidance   # step by step against a peer
 
 Each schema is compiled cold (the engine's caches cleared, as ``mask_bench`` does) and
 walked once along its first valid instance; every step is one ``advance`` plus the next
@@ -13,7 +14,11 @@ and a state (``state_cost_fit``); how the total splits by step duration; the lar
 steps with the text before them, the token and (surecall) the parse states the step
 built; and for surecall the time spent inside each engine phase during the steps
 (``PHASES``: inclusive, so phases that call each other overlap), the largest phases also
-by where the new mask is. Unlike ``mask_bench`` this runs in the calling process, on
+by where the new mask is. ``--against`` walks another engine on the same paths afterwards
+and compares the two step by step (``compare``): the totals on the schemas both walk, the
+time by how many parse states each step built (steps that build none against those that
+build many), by where the new mask is, and the steps that take longest beyond the other
+engine's. Unlike ``mask_bench`` this runs in the calling process, on
 whatever core it is given (``taskset -c 1 python -m bench.step_profile``), so its numbers
 compare with another run of it on the same machine, not with the benchmark's tables.
 """
@@ -339,6 +344,66 @@ def report(profile: Profile, *, top: int = 20, out=print) -> None:
 
 #: How many of the largest phases ``report`` splits by where the new mask is.
 PHASES_BY_KIND = 5
+#: The lower ends of the groups of steps ``compare`` splits by parse states built.
+STATE_BUCKETS = (0, 1, 5, 20, 60)
+
+
+def paired_steps(profile: Profile, other: Profile) -> list[tuple[Step, Step]]:
+    """The steps of both profiles on the same schema and token, for the schemas both walked
+    whole (an engine's steps exist only on the schemas it passes)."""
+    by_schema: dict[str, list[Step]] = {}
+    for step in other.steps:
+        by_schema.setdefault(step.schema, []).append(step)
+    pairs = []
+    for schema in profile.passing:
+        theirs = by_schema.get(schema)
+        ours = [step for step in profile.steps if step.schema == schema]
+        if theirs and len(theirs) == len(ours):
+            pairs.extend(zip(ours, theirs))
+    return pairs
+
+
+def compare(profile: Profile, other: Profile, name: str, *, top: int = 20, out=print) -> None:
+    """Step by step against another engine's profile of the same walks: the totals, the
+    time by how many parse states the step built here (where the difference lies), by where
+    the new mask is, and the steps that differ most."""
+    pairs = paired_steps(profile, other)
+    out("")
+    if not pairs:
+        out(f"against {name}: no schema walked whole by both")
+        return
+    ours = sum(mine.seconds for mine, _ in pairs) * 1e3
+    theirs = sum(their.seconds for _, their in pairs) * 1e3
+    schemas = len({mine.schema for mine, _ in pairs})
+    out(f"against {name}, on the {schemas} schemas both walk ({len(pairs)} steps): "
+        f"{ours:.1f} ms against {theirs:.1f} ms ({ours / theirs:.2f}x)")
+    if all(mine.new_states is not None for mine, _ in pairs):
+        out("by parse states the step built here:")
+        for low, high in zip(STATE_BUCKETS, STATE_BUCKETS[1:] + (None,)):
+            inside = [(mine, their) for mine, their in pairs
+                      if mine.new_states >= low and (high is None or mine.new_states < high)]
+            if not inside:
+                continue
+            span = f"{low}" if high == low + 1 else (f"{low}-{high - 1}" if high is not None else f">= {low}")
+            mine_ms = sum(m.seconds for m, _ in inside) * 1e3
+            their_ms = sum(t.seconds for _, t in inside) * 1e3
+            out(f"  {span:>8} states: {len(inside):6d} steps, {mine_ms:8.1f} ms against {their_ms:8.1f} ms, "
+                f"difference {mine_ms - their_ms:+8.1f} ms")
+    if any(mine.kind for mine, _ in pairs):
+        out("by where the new mask is (mean us a step):")
+        for kind in KINDS:
+            inside = [(mine, their) for mine, their in pairs if mine.kind == kind]
+            if not inside:
+                continue
+            mine_us = sum(m.seconds for m, _ in inside) * 1e6 / len(inside)
+            their_us = sum(t.seconds for _, t in inside) * 1e6 / len(inside)
+            out(f"  {kind:>28}: {len(inside):6d} steps, {mine_us:8.1f} against {their_us:8.1f} "
+                f"({mine_us / their_us:.2f}x)")
+    out(f"the {min(top, len(pairs))} steps that take longest beyond {name}'s:")
+    for mine, their in sorted(pairs, key=lambda pair: pair[1].seconds - pair[0].seconds)[:top]:
+        built = "" if mine.new_states is None else f"{mine.new_states:5d} new states  "
+        out(f"  {mine.seconds * 1e6:9.0f} us against {their.seconds * 1e6:7.0f}  {built}{mine.schema[:36]:36s} "
+            f"#{mine.index:<4d} {mine.before[-18:]!r:>22} + {mine.token!r}")
 
 
 def _report_phases_by_kind(profile: Profile, total: float, out) -> None:
@@ -373,14 +438,20 @@ def main(argv=None) -> Profile:
     parser.add_argument("--top", type=int, default=20, help="how many of the largest steps to list")
     parser.add_argument("--rewalk", action="store_true",
                         help="also time each new mask walked again once its parse states exist (surecall)")
+    parser.add_argument("--against", metavar="ENGINE",
+                        help="also walk another engine of bench/peers.py on the same paths and compare step by step")
     args = parser.parse_args(argv)
     tokenizer, engine, _ = prepared_engine(args.engine, args.tokenizer)
     cases = builtin_cases() + jsb_cases(args.per_subset, args.seed)
     if args.schemas:
         wanted = set(args.schemas.split(","))
         cases = [case for case in cases if case.id in wanted or case.id.split("/")[-1] in wanted]
-    profile = profile_steps(engine, tokenizer, make_jobs(cases, tokenizer), rewalk=args.rewalk)
+    jobs = make_jobs(cases, tokenizer)
+    profile = profile_steps(engine, tokenizer, jobs, rewalk=args.rewalk)
     report(profile, top=args.top)
+    if args.against:
+        _, peer, _ = prepared_engine(args.against, args.tokenizer)
+        compare(profile, profile_steps(peer, tokenizer, jobs, phases=()), args.against, top=args.top)
     return profile
 
 

@@ -276,6 +276,44 @@ def test_step_profile_rewalks_exactly_the_masks_that_built_states(smollm2):
     assert not any(line.startswith("their masks walked again") for line in lines)
 
 
+def test_step_comparison_pairs_the_steps_both_engines_walked(smollm2):
+    from bench.mask_bench import make_jobs
+    from bench.step_profile import Profile, Step, compare, paired_steps, profile_steps
+
+    def step(schema, index, seconds, states=None, kind="value start"):
+        return Step(schema, index, "", "t", seconds, states, kind=kind)
+
+    ours = Profile(passing=["a", "b", "c"])
+    ours.steps = [step("a", 0, 3e-3, 0), step("a", 1, 5e-3, 7, "object key, first byte"),
+                  step("b", 0, 2e-3, 70), step("c", 0, 1e-3, 2), step("c", 1, 1e-3, 2)]
+    theirs = Profile(passing=["a", "b", "c", "d"])
+    # "c" refused by the other engine after one step: only schemas both walk whole pair up
+    theirs.steps = [step("a", 0, 1e-3), step("a", 1, 1e-3), step("b", 0, 4e-3), step("c", 0, 1e-3),
+                    step("d", 0, 1e-3)]
+    pairs = paired_steps(ours, theirs)
+    assert [(mine.schema, mine.index, their.schema, their.index) for mine, their in pairs] == [
+        ("a", 0, "a", 0), ("a", 1, "a", 1), ("b", 0, "b", 0)]
+    lines = []
+    compare(ours, theirs, "other", top=2, out=lines.append)
+    assert "on the 2 schemas both walk (3 steps): 10.0 ms against 6.0 ms (1.67x)" in lines[1]
+    buckets = {line.split("states:")[0].strip(): line for line in lines if "states:" in line}
+    assert set(buckets) == {"0", "5-19", ">= 60"}
+    assert "3.0 ms against      1.0 ms, difference     +2.0 ms" in buckets["0"]
+    assert "2.0 ms against      4.0 ms, difference     -2.0 ms" in buckets[">= 60"]
+    kinds = [line for line in lines if line.strip().startswith(("object key", "value start"))]
+    assert [line.split(":")[0].strip() for line in kinds] == ["object key, first byte", "value start"]
+    assert "(5.00x)" in kinds[0] and "(1.00x)" in kinds[1]
+    # the largest differences first: +4 ms (a #1), then +2 ms (a #0); b's -2 ms is not listed
+    largest = lines[lines.index("the 2 steps that take longest beyond other's:") + 1 :]
+    assert [re.search(r"states  (\S+) +#(\d+)", line).groups() for line in largest] == [("a", "1"), ("a", "0")]
+
+    # on real walks: an engine against itself pairs every step
+    jobs = make_jobs(builtin_cases(SCHEMAS[:1]), smollm2)
+    walked = profile_steps(ENGINES["surecall"](smollm2), smollm2, jobs, phases=())
+    again = profile_steps(ENGINES["surecall"](smollm2), smollm2, jobs, phases=())
+    assert len(paired_steps(walked, again)) == len(walked.steps) == len(jobs[0]["valid"][0])
+
+
 def test_a_forgotten_mask_is_walked_again_to_the_same_bits(smollm2):
     from bench.mask_bench import make_jobs
 
