@@ -351,16 +351,20 @@ STATE_BUCKETS = (0, 1, 5, 20, 60)
 def paired_steps(profile: Profile, other: Profile) -> list[tuple[Step, Step]]:
     """The steps of both profiles on the same schema and token, for the schemas both walked
     whole (an engine's steps exist only on the schemas it passes)."""
-    by_schema: dict[str, list[Step]] = {}
-    for step in other.steps:
-        by_schema.setdefault(step.schema, []).append(step)
+    ours, theirs = _steps_by_schema(profile), _steps_by_schema(other)
     pairs = []
     for schema in profile.passing:
-        theirs = by_schema.get(schema)
-        ours = [step for step in profile.steps if step.schema == schema]
-        if theirs and len(theirs) == len(ours):
-            pairs.extend(zip(ours, theirs))
+        mine, their = ours.get(schema, []), theirs.get(schema, [])
+        if their and len(their) == len(mine):
+            pairs.extend(zip(mine, their))
     return pairs
+
+
+def _steps_by_schema(profile: Profile) -> dict[str, list[Step]]:
+    found: dict[str, list[Step]] = {}
+    for step in profile.steps:
+        found.setdefault(step.schema, []).append(step)
+    return found
 
 
 def compare(profile: Profile, other: Profile, name: str, *, top: int = 20, out=print) -> None:
