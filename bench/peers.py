@@ -341,8 +341,13 @@ class SurecallSession(Session):
 
 
 class SurecallEngine(Engine):
+    """surecall on the language the peers compile: an object's listed properties in the
+    schema's order (xgrammar and llguidance refuse ``{"b":2,"a":1}`` for properties ``a``,
+    ``b`` too), which is also what generation writes by default."""
+
     name = "surecall"
     max_tokens: int | None = None
+    property_order = "schema"
 
     def __init__(self, tokenizer, logits_size: int | None = None):
         super().__init__(tokenizer, logits_size)
@@ -360,9 +365,9 @@ class SurecallEngine(Engine):
         from surecall import grammar_from_schema
 
         try:
-            # Instances list their properties in any order; generation's default (the
-            # schema's order) would refuse valid documents that merely reorder them.
-            grammar = grammar_from_schema(json.loads(schema_text), whitespace="compact", property_order="any")
+            grammar = grammar_from_schema(
+                json.loads(schema_text), whitespace="compact", property_order=self.property_order
+            )
             return SurecallSession(self, grammar)
         except (ValueError, RecursionError) as error:
             raise CompileError(f"{type(error).__name__}: {error}") from error
@@ -389,6 +394,15 @@ class SurecallEngine(Engine):
                 memoised.cache_clear()
 
 
+class SurecallAnyOrderEngine(SurecallEngine):
+    """surecall accepting an object's listed properties in any order, as JSON Schema does:
+    the instances that list them otherwise pass too, at the price of a larger language
+    (at a key position every key not yet written, and which required ones are missing)."""
+
+    name = "surecall-any-order"
+    property_order = "any"
+
+
 class SurecallBudgetEngine(SurecallEngine):
     """surecall with a token budget, as generation always runs it: every new mask also
     checks that each allowed token leaves a completion within the tokens left. The
@@ -402,11 +416,11 @@ class SurecallBudgetEngine(SurecallEngine):
 ENGINES: dict[str, type[Engine]] = {
     engine.name: engine
     for engine in (
-        SurecallEngine, SurecallBudgetEngine, XGrammarEngine, LLGuidanceEngine, OutlinesCoreEngine,
+        SurecallEngine, SurecallAnyOrderEngine, SurecallBudgetEngine, XGrammarEngine, LLGuidanceEngine, OutlinesCoreEngine,
         LMFormatEnforcerEngine,
     )
 }
-SURECALL_NAMES = ("surecall", "surecall-budget")
+SURECALL_NAMES = ("surecall", "surecall-any-order", "surecall-budget")
 PEER_NAMES = tuple(name for name in ENGINES if name not in SURECALL_NAMES)
 
 

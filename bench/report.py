@@ -14,7 +14,8 @@ if str(Path(__file__).resolve().parent.parent) not in sys.path:
 
 from bench.peers import SURECALL_NAMES  # noqa: E402
 
-ENGINE_ORDER = ("surecall", "surecall-budget", "xgrammar", "llguidance", "outlines-core", "lm-format-enforcer")
+ENGINE_ORDER = ("surecall", "surecall-any-order", "surecall-budget", "xgrammar", "llguidance", "outlines-core",
+                "lm-format-enforcer")
 
 
 def _ordered(engines: dict) -> list[str]:
@@ -108,6 +109,9 @@ def goals(results: dict) -> list[str]:
         parts.append(f"compile errors {c['compile_error']} (fewest among peers: {fewest_errors}), "
                      f"rejected valid {c['rejected_valid']}, accepted invalid {c['accepted_invalid']}")
         lines.append(f"- {tokenizer}: " + "; ".join(parts) + ".")
+        against_llguidance = _common_means_against(engines, "llguidance", len(tok_result.get("common_schemas", [])))
+        if against_llguidance:
+            lines.append(f"- {tokenizer}: {against_llguidance}.")
     e2e = results.get("e2e")
     if e2e:
         tps = {e["engine"]: e["tokens_per_s"] for e in e2e["entries"]}
@@ -117,6 +121,22 @@ def goals(results: dict) -> list[str]:
             if ratio is not None:
                 lines.append(f"- end-to-end: {ours} runs at {ratio:.2f}x the tokens/s of {base}.")
     return lines
+
+
+def _common_means_against(engines: dict, peer: str, common: int) -> str:
+    """Each surecall variant's mean on the schemas every engine passes, against ``peer``'s
+    there (the same schemas, the same paths); empty without the peer."""
+    base = engines.get(peer, {}).get("summary_common", {}).get("mask_us", {}).get("mean")
+    if not base:
+        return ""
+    parts = []
+    for name in SURECALL_NAMES:
+        mean = engines.get(name, {}).get("summary_common", {}).get("mask_us", {}).get("mean")
+        if mean is not None:
+            parts.append(f"{name} {mean:.1f} us ({_ratio(mean, base):.2f}x)")
+    if not parts:
+        return ""
+    return f"mean on the {common} schemas every engine passes: {peer} {base:.1f} us, " + ", ".join(parts)
 
 
 def markdown_report(results: dict) -> str:

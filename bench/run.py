@@ -33,8 +33,9 @@ DEFAULT_SEED = 20250301
 
 
 def _versions(engine_names) -> dict[str, str]:
-    packages = {"surecall": "surecall", "surecall-budget": "surecall", "xgrammar": "xgrammar", "llguidance": "llguidance",
-                "outlines-core": "outlines_core", "lm-format-enforcer": "lm-format-enforcer"}
+    packages = {"surecall": "surecall", "surecall-any-order": "surecall", "surecall-budget": "surecall",
+                "xgrammar": "xgrammar", "llguidance": "llguidance", "outlines-core": "outlines_core",
+                "lm-format-enforcer": "lm-format-enforcer"}
     versions = {}
     for name in engine_names:
         try:

@@ -147,6 +147,29 @@ def test_walk_stops_at_the_first_refused_token(smollm2):
     assert refused_at == len(good)
 
 
+def test_surecall_compiles_the_peers_property_order_and_the_any_order_variant_every_order(smollm2):
+    # The benchmark's surecall row compares like with like: an object's listed properties in
+    # the schema's order, which xgrammar and llguidance compile too; the any-order row
+    # accepts the order JSON Schema leaves free.
+    schema = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                         "required": ["a", "b"], "additionalProperties": False})
+    in_order = encode(smollm2, '{"a":1,"b":2}')
+    reordered = encode(smollm2, '{"b":2,"a":1}')
+
+    def accepts(engine_name, path):
+        session = ENGINES[engine_name](smollm2).compile(schema)
+        session.fill_mask()
+        accepted, _ = walk(session, path)
+        return accepted
+
+    for engine_name in ("surecall", "surecall-budget", "surecall-any-order", "xgrammar", "llguidance"):
+        assert accepts(engine_name, in_order), engine_name
+    assert [accepts(name, reordered) for name in ("surecall", "surecall-budget", "xgrammar", "llguidance")] == [
+        False
+    ] * 4
+    assert accepts("surecall-any-order", reordered)
+
+
 # SmolLM2's vocabulary has no token for a few control bytes and for the UTF-8 lead bytes of
 # code points above U+3FFFF, so its text is drawn from below that range without controls.
 @settings(max_examples=40, deadline=None)
