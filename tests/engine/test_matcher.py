@@ -343,6 +343,9 @@ def test_fill_bitmask_layout_rows_and_errors(vocab):
         matcher.fill_bitmask(np.zeros(words - 1, dtype=np.int32))
     with pytest.raises(ValueError):
         matcher.fill_bitmask(np.zeros((2, words), dtype=np.int32))
+    # As wide as int32 words, but not integers: refused rather than filled with bit patterns.
+    with pytest.raises(ValueError, match="float32"):
+        matcher.fill_bitmask(np.zeros(words, dtype=np.float32))
     # Complete but able to go on: the end-of-sequence ids join the text tokens' bits.
     matcher = Matcher(doubles.FakeGrammar(doubles.finite_language(["ab", "abc"])), vocab)
     assert matcher.advance(vocab.tokenize_bytes(b"ab")[0]) is Status.ACCEPTED
