@@ -26,6 +26,13 @@ def to_json_schema(obj: Any) -> dict:
     """The JSON Schema (a new dict) describing the values ``obj`` stands for."""
     if isinstance(obj, bool):
         return {} if obj else {"not": {}}
+    if isinstance(obj, (str, bytes)):
+        # Pydantic would read a string as the name of a type not defined yet.
+        raise SchemaInputError(
+            f"cannot derive a JSON Schema from the {type(obj).__name__} {_shortened(obj)}: pass a JSON Schema "
+            "as a dict (json.loads the text first), or a Pydantic model, TypedDict, dataclass, function, "
+            "tool dict or LangChain tool (a regular expression as surecall.Regex(pattern))"
+        )
     if isinstance(obj, dict):
         return copy.deepcopy(_schema_of_dict(obj))
     if _is_langchain_tool(obj):
@@ -43,6 +50,11 @@ def to_json_schema(obj: Any) -> dict:
             f"cannot derive a JSON Schema from {obj!r}: expected a Pydantic model, TypedDict, dataclass, "
             "function, JSON Schema dict, OpenAI/Anthropic tool dict or LangChain tool"
         ) from error
+
+
+def _shortened(text: str | bytes, limit: int = 60) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def _schema_of_dict(schema: dict) -> dict:

@@ -293,3 +293,10 @@ def test_langchain_tool():
 def test_unknown_object_is_rejected_clearly():
     with pytest.raises(SchemaInputError):
         to_json_schema(object())
+
+
+@pytest.mark.parametrize("text", ['{"type": "string"}', "abc", b'{"type": "integer"}'])
+def test_schema_text_is_refused_with_a_hint_to_parse_it(text):
+    # A string is not read as a forward reference to a type: the message says what to pass.
+    with pytest.raises(SchemaInputError, match="json.loads"):
+        grammar_from_schema(text)
