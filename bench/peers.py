@@ -416,8 +416,8 @@ class SurecallBudgetEngine(SurecallEngine):
 ENGINES: dict[str, type[Engine]] = {
     engine.name: engine
     for engine in (
-        SurecallEngine, SurecallAnyOrderEngine, SurecallBudgetEngine, XGrammarEngine, LLGuidanceEngine, OutlinesCoreEngine,
-        LMFormatEnforcerEngine,
+        SurecallEngine, SurecallAnyOrderEngine, SurecallBudgetEngine, XGrammarEngine, LLGuidanceEngine,
+        OutlinesCoreEngine, LMFormatEnforcerEngine,
     )
 }
 SURECALL_NAMES = ("surecall", "surecall-any-order", "surecall-budget")
