@@ -471,7 +471,9 @@ class MatcherBase:
         ):
             # A float32 buffer has the right width, but its words would be read as numbers.
             given = f"{target.ndim}-D {target.dtype}" if isinstance(target, np.ndarray) else type(target).__name__
-            raise ValueError(f"fill_bitmask needs a 1-D int32 or uint32 buffer (or a 2-D one with row=...), not {given}")
+            raise ValueError(
+                f"fill_bitmask needs a 1-D int32 or uint32 buffer (or a 2-D one with row=...), not {given}"
+            )
         needed = words_for(self.vocab.size)
         if target.shape[0] < needed:
             raise ValueError(f"bitmask buffer has {target.shape[0]} words, the vocabulary needs {needed}")
