@@ -14,8 +14,7 @@ if str(Path(__file__).resolve().parent.parent) not in sys.path:
 
 from bench.peers import SURECALL_NAMES  # noqa: E402
 
-ENGINE_ORDER = ("surecall", "surecall-any-order", "surecall-budget", "xgrammar", "llguidance", "outlines-core",
-                "lm-format-enforcer")
+ENGINE_ORDER = SURECALL_NAMES + ("xgrammar", "llguidance", "outlines-core", "lm-format-enforcer")
 
 
 def _ordered(engines: dict) -> list[str]:
@@ -126,14 +125,14 @@ def goals(results: dict) -> list[str]:
 def _common_means_against(engines: dict, peer: str, common: int) -> str:
     """Each surecall variant's mean on the schemas every engine passes, against ``peer``'s
     there (the same schemas, the same paths); empty without the peer."""
-    base = engines.get(peer, {}).get("summary_common", {}).get("mask_us", {}).get("mean")
+    def common_mean(name):
+        return engines.get(name, {}).get("summary_common", {}).get("mask_us", {}).get("mean")
+
+    base = common_mean(peer)
     if not base:
         return ""
-    parts = []
-    for name in SURECALL_NAMES:
-        mean = engines.get(name, {}).get("summary_common", {}).get("mask_us", {}).get("mean")
-        if mean is not None:
-            parts.append(f"{name} {mean:.1f} us ({_ratio(mean, base):.2f}x)")
+    parts = [f"{name} {mean:.1f} us ({_ratio(mean, base):.2f}x)"
+             for name in SURECALL_NAMES if (mean := common_mean(name)) is not None]
     if not parts:
         return ""
     return f"mean on the {common} schemas every engine passes: {peer} {base:.1f} us, " + ", ".join(parts)

@@ -33,9 +33,10 @@ DEFAULT_SEED = 20250301
 
 
 def _versions(engine_names) -> dict[str, str]:
-    packages = {"surecall": "surecall", "surecall-any-order": "surecall", "surecall-budget": "surecall",
-                "xgrammar": "xgrammar", "llguidance": "llguidance", "outlines-core": "outlines_core",
-                "lm-format-enforcer": "lm-format-enforcer"}
+    from bench.peers import SURECALL_NAMES
+
+    packages = {"xgrammar": "xgrammar", "llguidance": "llguidance", "outlines-core": "outlines_core",
+                "lm-format-enforcer": "lm-format-enforcer", **dict.fromkeys(SURECALL_NAMES, "surecall")}
     versions = {}
     for name in engine_names:
         try:

@@ -156,13 +156,16 @@ def test_surecall_compiles_the_peers_property_order_and_the_any_order_variant_ev
     in_order = encode(smollm2, '{"a":1,"b":2}')
     reordered = encode(smollm2, '{"b":2,"a":1}')
 
+    engines = {name: ENGINES[name](smollm2)
+               for name in ("surecall", "surecall-budget", "surecall-any-order", "xgrammar", "llguidance")}
+
     def accepts(engine_name, path):
-        session = ENGINES[engine_name](smollm2).compile(schema)
+        session = engines[engine_name].compile(schema)
         session.fill_mask()
         accepted, _ = walk(session, path)
         return accepted
 
-    for engine_name in ("surecall", "surecall-budget", "surecall-any-order", "xgrammar", "llguidance"):
+    for engine_name in engines:
         assert accepts(engine_name, in_order), engine_name
     assert [accepts(name, reordered) for name in ("surecall", "surecall-budget", "xgrammar", "llguidance")] == [
         False
