@@ -738,6 +738,8 @@ def test_sparse_walk_hands_over_to_the_level_walk_without_losing_tokens(vocab, m
     [
         # A free key next to known ones: any string, but "v" may start a known key.
         (r'"(var1|var2|[^"\\]*)"', b'"var3"', True),
+        # Next to 20 known keys of 20 first letters (a settings object) as well.
+        ("\"(" + "|".join(f"{letter}key" for letter in "abcdefghijklmnopqrst") + r'|[^"\\]*)"', b'"zz"', True),
         (r'"(abc|ab|[^"\\]{0,5})"', b'"abx"', True),  # the same with a counted string
         (r'"( "x|ab|[^"\\]*)"', b'"ab"', True),  # a token leaving the string after an excepted byte
         (r'"(é|[^"\\]*)"', b'"\xc3\xa9x"', False),  # a multi-byte exception: the walk takes over
