@@ -1749,6 +1749,10 @@ class ByteAutomaton:
         self._realizable: dict[int, _RealizableDistances] = {}
         self._search_moves: dict[int, tuple] = {}
         self._count_shifts: dict[tuple[int, int], int] = {}
+        # A shifted configuration's (configuration, shift) it was first made from: shifts
+        # add up, so a chain of counts made again from a later count finds the ones made
+        # before from an earlier one.
+        self._shifted_from: dict[int, tuple[int, int]] = {}
         # Configuration -> (a completion through it, where its own rest starts, whether
         # that rest is a shortest one).
         self._known_completions: dict[int, tuple[bytes, int, bool]] = {}
@@ -2446,16 +2450,22 @@ class ByteAutomaton:
         """The configuration of ``config``'s items with every iteration count ``by`` higher
         (see ``count_shift_span``: it is the one ``by`` moves lead to within the span).
         Only it is built, not the ones between."""
-        key = (config, by)
+        origin, done = self._shifted_from.get(config, (config, 0))
+        key = (origin, done + by)
         shifted = self._count_shifts.get(key)
-        if shifted is None and self._native is not None:
-            shifted = self._count_shifts[key] = self._native_config(native.states.count_shifted(self._native, config, by))
+        if shifted is not None:
+            return shifted
+        if self._native is not None:
+            shifted = self._native_config(native.states.count_shifted(self._native, config, by))
         if shifted is None:
             items = _frozen(
                 [(p, o, w, t + by) if type(t) is int else (p, o, w, t) for p, o, w, t in self._configs[config]]
             )
             with self._lock:
-                shifted = self._count_shifts[key] = self._intern(items)
+                shifted = self._intern(items)
+        self._count_shifts[key] = shifted
+        if shifted != origin:
+            self._shifted_from.setdefault(shifted, key)
         return shifted
 
     def _count_bounds(self) -> list[int]:

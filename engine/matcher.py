@@ -125,9 +125,15 @@ def _member_ends(ends) -> np.ndarray | int:
 def _make_lazy_entries(automaton, chain: np.ndarray, positions: np.ndarray | None = None) -> None:
     """Make ``chain``'s ``_LAZY`` entries at ``positions`` (all when None), in place."""
     where = np.flatnonzero(chain <= _LAZY) if positions is None else positions[chain[positions] <= _LAZY]
-    for index in where.tolist():
-        base = _LAZY - int(chain[index])
-        chain[index] = automaton.count_shifted(int(chain[base]), index - base)
+    if not len(where):
+        return
+    # A lazy entry names the made entry it counts on from, never another lazy one.
+    bases = _LAZY - chain[where]
+    count_shifted = automaton.count_shifted
+    chain[where] = [
+        count_shifted(base_config, shift)
+        for base_config, shift in zip(chain[bases].tolist(), (where - bases).tolist())
+    ]
 
 
 class ChainStates:

@@ -1094,6 +1094,12 @@ def test_a_counted_move_repeats_by_counting_within_its_span(low, extra, then, co
     assert span >= 0
     for ahead in range(1, span + 1):
         assert automaton.count_shifted(config, ahead + 1) == automaton.step_bytes(config, unit * (ahead + 1))
+    # Shifts add up: one made from a shifted configuration is the one counted on from its
+    # origin (found among those made before, or made now).
+    for first in range(1, span + 1):
+        shifted = automaton.count_shifted(config, first)
+        for then_by in (1, span + 1 - first):
+            assert automaton.count_shifted(shifted, then_by) == automaton.step_bytes(config, unit * (first + then_by))
     if then is None and low <= count and count + 8 < high and successor != DEAD:
         # Well inside the bounds the chain counts on until the upper bound is near.
         assert span == high - count - 2
