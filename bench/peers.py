@@ -378,7 +378,7 @@ class SurecallEngine(Engine):
         # pieces (formats, character classes) by value. Per-tokenizer tables
         # (token groups, kept on disk) stay, like the peers' tokenizer preprocessing.
         from surecall import schema, schema_strings
-        from surecall.engine import automaton, grammar
+        from surecall.engine import automaton, grammar, token_groups
 
         clear = getattr(grammar, "clear_automaton_cache", None)
         if clear is not None:
@@ -386,6 +386,10 @@ class SurecallEngine(Engine):
         operands = getattr(automaton, "_operand_cache", None)
         if operands is not None:
             operands.clear()
+        # Groups without the bytes some pattern leaves out are learnt from a schema.
+        forget = getattr(token_groups, "forget_groups_without", None)
+        if forget is not None:
+            forget()
         # Memoised pure functions: a format's language, a pattern's texts and a character class's spellings.
         for module, name in ((automaton, "utf8_sequences"), (schema, "_format_language"),
                              (schema, "_pattern_texts"), (schema_strings, "_encoded_char_ranges")):

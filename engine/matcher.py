@@ -1206,6 +1206,18 @@ class Matcher(MatcherBase):
                     break
             if small is not None and result is None:
                 result = self._small_chain_group(small, config)
+        # A larger group whose few other ASCII bytes all die here (a pattern leaving out
+        # some signs) takes the place of a smaller one all of whose bytes go on.
+        larger_than = None if result is None else result[0]
+        without_dead_bytes = tables.groups.groups_without_dead_bytes(self.automaton, config, row, larger_than, stats)
+        for candidate, successor in without_dead_bytes:
+            chain = None if successor == config else self._chain(candidate, config, successor)
+            if successor != config and chain is None:
+                continue
+            group = candidate.made()
+            if larger_than is None or group.member_count > larger_than.member_count:
+                result = (group, None if chain is None else chain[: group.max_chars + 1], None)
+                break
         tables.chain_groups[config] = result
         return result
 
@@ -1283,6 +1295,10 @@ class Matcher(MatcherBase):
         values = group.spec.ascii_array
         by_values = self._successors(config, values)
         found = uniform_successor(self.automaton, config, group.spec, by_values, wide=wide)
+        dead_bytes = group.dead_bytes
+        if found is not None and dead_bytes is not None and (self._successors(config, dead_bytes) != DEAD).any():
+            # A group without some bytes leaves out the paths through them: they must die here too.
+            found = None
         successors[key] = found
         return found
 

@@ -31,7 +31,7 @@ import numpy as np
 from . import native
 from .trie import UTF8_CLOSED as _CLOSED
 from .trie import UTF8_FAIL as _FAIL
-from .trie import TokenTrie, distinct, pack_ids, utf8_classifier
+from .trie import TokenTrie, bits_holding, distinct, pack_ids, utf8_classifier
 from .vocab import TokenVocabulary, store_arrays
 
 DEAD = -1
@@ -68,6 +68,11 @@ def _ascii(predicate) -> frozenset:
 #: more, stays near-uniform; past a quarter of the bytes (``first_exceptions``) the
 #: excepted subtrees are most of the trie and the plain walk is as fast.
 MAX_FIRST_EXCEPTIONS = 24
+
+#: How many times the members of the group a configuration has a group less its dead
+#: bytes must have to take its place (``GroupTables.groups_without_dead_bytes``): making
+#: one costs a good part of a walk of the trie, so it must spare more than that.
+WITHOUT_BYTES_GAIN = 2
 
 # Largest first: the first group whose characters all loop is used.
 GROUP_SPECS = (
@@ -107,6 +112,9 @@ class TokenGroup:
         self.spec = spec
         for name in _GROUP_FIELDS:
             setattr(self, name, np.asarray(arrays[name]))
+        # A group made by ``without_bytes``: ASCII bytes that must lead nowhere (DEAD) from
+        # every configuration it is read at, whose exits it leaves out.
+        self.dead_bytes: np.ndarray | None = None
         self.wide_chars = int(self.utf8_reach.reshape(-1)[0])
         self.member_count = len(self.member_ids)
         self._top = int(self.member_ids[-1]) + 1 if self.member_count else 0
@@ -116,6 +124,7 @@ class TokenGroup:
         self._partials_without: dict[bytes, tuple] = {}
         self._words_by_first: dict[int, np.ndarray] = {}
         self._by_chars: tuple[np.ndarray, np.ndarray] | None = None
+        self._members_ascii: tuple | None = None
         self._by_first: tuple[np.ndarray, np.ndarray] | None = None
         self._words_below: dict[int, np.ndarray] = {}
         # Longest character count that matters for a chain: a member's, or the
@@ -189,6 +198,53 @@ class TokenGroup:
         )
         return cls(spec, arrays)
 
+    def without_bytes(self, trie: TokenTrie, dead: np.ndarray) -> "TokenGroup":
+        """This group less the ASCII bytes ``dead`` (a few of its own), for configurations
+        where those bytes lead nowhere: a string whose pattern leaves out some signs
+        (``[^<>*#.%&:]*``). Its members are this group's that hold none of them; its exits
+        and partial characters are this group's whose path before them holds none. The
+        paths leaving it by a dead byte are not exits: they die at that byte, so a walk
+        from a configuration where the bytes are not dead must not use the group
+        (``dead_bytes`` names them for the caller to check)."""
+        dead_values = dead.tolist()
+        if self._members_ascii is None:
+            # Each member's ASCII bytes, in id order and in character order: read front to
+            # back by every group made from this one.
+            self._members_ascii = tuple(
+                trie.ascii_bits(self.member_ids[order], by_token=True) for order in (slice(None), self._chars_order)
+            )
+        in_id_order, in_chars_order = self._members_ascii
+        members = ~bits_holding(in_id_order, dead_values)
+        exits = ~bits_holding(trie.ascii_bits(trie.parent[self.exit_nodes]), dead_values)
+        partials = ~bits_holding(trie.ascii_bits(self.partial_nodes), dead_values)
+        partial_tokens = partials[self.partial_owner]
+        # ``compress`` rather than a boolean index: several times faster on long arrays.
+        arrays = {
+            "member_ids": np.compress(members, self.member_ids),
+            "member_chars": np.compress(members, self.member_chars),
+            "exit_chars": self.exit_chars[exits],
+            "partial_chars": self.partial_chars[partials],
+            # An upper bound still: fewer paths hold a multi-byte character no later.
+            "utf8_reach": self.utf8_reach,
+            "exit_nodes": self.exit_nodes[exits],
+            "exit_tails": self.exit_tails[exits],
+            "exit_lengths": self.exit_lengths[exits],
+            "partial_nodes": self.partial_nodes[partials],
+            "partial_tails": self.partial_tails[partials],
+            "partial_lengths": self.partial_lengths[partials],
+            "partial_ids": self.partial_ids[partial_tokens],
+            "partial_owner": (np.cumsum(partials) - 1)[self.partial_owner[partial_tokens]].astype(np.int32),
+        }
+        group = TokenGroup(_spec_without(self.spec, dead), arrays)
+        group.dead_bytes = _byte_array(dead)
+        # This group's members in character order are this one's, fewer: no sort again.
+        by_chars, _ = self._members_by_chars()
+        group._by_chars = (
+            np.compress(~bits_holding(in_chars_order, dead_values), by_chars),
+            np.bincount(group.member_chars, minlength=1),
+        )
+        return group
+
     def first_bytes(self, trie: TokenTrie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The first byte of each member, exit node and partial node (computed on first use)."""
         if self._first_bytes is None:
@@ -206,10 +262,7 @@ class TokenGroup:
         token budget asks for them). Once a chain dies it stays dead, so these are the
         members of fewer characters than its first dead entry; their words are kept per such
         count (at most ``max_chars + 1`` of them)."""
-        if self._by_chars is None:
-            order = np.argsort(self.member_chars, kind="stable")
-            self._by_chars = (self.member_ids[order], np.bincount(self.member_chars, minlength=1))
-        ids, members_of_count = self._by_chars
+        ids, members_of_count = self._members_by_chars()
         dead = np.flatnonzero(chain == DEAD)
         live_counts = min(int(dead[0]) if len(dead) else len(chain), len(members_of_count))
         runs = members_of_count[:live_counts]
@@ -218,6 +271,17 @@ class TokenGroup:
         if words is None:
             words = self._words_below[live_counts] = pack_ids(live_ids, self._top)
         return live_ids, words, (chain[:live_counts].copy(), runs)
+
+    def _members_by_chars(self) -> tuple[np.ndarray, np.ndarray]:
+        """(member ids, fewest characters first, ids in order among equals; how many
+        members have each character count)."""
+        if self._by_chars is None:
+            self._by_chars = (self.member_ids[self._chars_order], np.bincount(self.member_chars, minlength=1))
+        return self._by_chars
+
+    @cached_property
+    def _chars_order(self) -> np.ndarray:
+        return np.argsort(self.member_chars, kind="stable")
 
     def _partials_surely_live(self, automaton, config: int, chain: np.ndarray | None):
         """Whether every partial character's start configuration surely keeps it live
@@ -478,9 +542,14 @@ def _characters_surely_live(automaton, config: int, spec: GroupSpec) -> bool:
 _EXCEPTED_BYTE_SETS_KEPT = 16
 
 
-def _keep_for_byte_set(kept: dict, key: bytes, value) -> None:
-    """Keep ``value`` for a set of excepted bytes, the oldest set dropped past the limit."""
-    if len(kept) >= _EXCEPTED_BYTE_SETS_KEPT:
+#: Most groups without some dead bytes (``TokenGroup.without_bytes``, each about as large
+#: as its group) kept per vocabulary.
+_GROUPS_WITHOUT_KEPT = 8
+
+
+def _keep_for_byte_set(kept: dict, key, value, limit: int = _EXCEPTED_BYTE_SETS_KEPT) -> None:
+    """Keep ``value`` for a set of bytes, the oldest set dropped past ``limit``."""
+    if len(kept) >= limit:
         kept.pop(next(iter(kept)), None)
     kept[key] = value
 
@@ -618,6 +687,8 @@ class GroupTables:
         self._cache_root = vocab.cache_root
         self._cache_name = vocab.fingerprint
         self._groups: dict[str, TokenGroup] = {}
+        # (group name, dead bytes) -> the group without them (``without_bytes``)
+        self._without: dict[tuple[str, bytes], TokenGroup] = {}
         self._lock = threading.Lock()
 
     @property
@@ -642,6 +713,8 @@ class GroupTables:
         """Load (or build and store) every group now rather than at its first use."""
         for spec in GROUP_SPECS:
             self.group(spec)
+        # What ``without_bytes`` reads of the trie.
+        self._trie().ascii_bits(np.zeros(0, dtype=np.intp))
 
     def _load_or_build(self, spec: GroupSpec) -> TokenGroup:
         root = self._cache_root
@@ -691,6 +764,45 @@ class GroupTables:
             exceptions = spec.ascii_array[row[spec.ascii_array] != target]
             yield self.group(spec), target, exceptions.astype(np.uint8)
 
+    def groups_without_dead_bytes(
+        self, automaton, config: int, row: np.ndarray, larger_than: TokenGroup | None = None, stats: tuple | None = None
+    ):
+        """Groups whose characters all lead ``config`` to one live configuration (``config``
+        itself included) but for a few ASCII bytes that lead nowhere (a string whose
+        pattern leaves out some signs), largest first: (the group without those bytes, not
+        made yet (``GroupWithout``), that configuration). Only groups with more than
+        ``WITHOUT_BYTES_GAIN`` times the members of ``larger_than`` are tried; ``row`` and
+        ``stats`` as for ``near_uniform_groups``."""
+        _, by_group = successor_stats(row) if stats is None else stats
+        for spec, (_, target, others) in zip(GROUP_SPECS, by_group):
+            whole = self.group(spec)
+            if larger_than is not None and whole.member_count <= WITHOUT_BYTES_GAIN * larger_than.member_count:
+                break
+            if target is None or target == DEAD or not others or others > spec.first_exceptions:
+                continue
+            successors = row[spec.ascii_array]
+            leaving = successors != target
+            if (successors[leaving] != DEAD).any():
+                continue
+            live_byte = int(spec.ascii_array[~leaving][0])
+            if spec.non_ascii and not _utf8_leads_to(automaton, config, target, live_byte):
+                continue
+            yield GroupWithout(self, spec, spec.ascii_array[leaving]), target
+
+    def group_without(self, spec: GroupSpec, dead: np.ndarray) -> TokenGroup:
+        """The group of ``spec`` less the bytes ``dead`` (``TokenGroup.without_bytes``; kept
+        for a few sets of bytes)."""
+        key = (spec.name, _byte_key(dead))
+        found = self._without.get(key)
+        if found is None:
+            parent = self.group(spec)
+            with self._lock:
+                found = self._without.get(key)
+                if found is None:
+                    found = parent.without_bytes(self._trie(), dead)
+                    _keep_for_byte_set(self._without, key, found, _GROUPS_WITHOUT_KEPT)
+        return found
+
     def best_uniform_group(
         self, automaton, config: int, row: np.ndarray, stats: tuple | None = None
     ) -> tuple[TokenGroup, int] | None:
@@ -711,6 +823,33 @@ class GroupTables:
                 continue
             return self.group(spec), successor
         return None
+
+
+class GroupWithout:
+    """A group less some dead bytes before it is made (``GroupTables.group_without``):
+    what a chain of it reads (``Matcher._chain``), with the whole group's character counts
+    (at least its own), so that a chain that does not hold costs no group."""
+
+    __slots__ = ("_tables", "_parent_spec", "spec", "dead_bytes", "max_chars", "wide_chars")
+
+    def __init__(self, tables: GroupTables, spec: GroupSpec, dead: np.ndarray) -> None:
+        parent = tables.group(spec)
+        self._tables, self._parent_spec = tables, spec
+        self.spec = _spec_without(spec, dead)
+        self.dead_bytes = _byte_array(dead)
+        self.max_chars, self.wide_chars = parent.max_chars, parent.wide_chars
+
+    def made(self) -> TokenGroup:
+        return self._tables.group_without(self._parent_spec, self.dead_bytes)
+
+
+def _spec_without(spec: GroupSpec, dead: np.ndarray) -> GroupSpec:
+    key = _byte_key(dead)
+    return GroupSpec(f"{spec.name}-without-{key.hex()}", spec.ascii_bytes - frozenset(key), spec.non_ascii)
+
+
+def _byte_array(values: np.ndarray) -> np.ndarray:
+    return np.frombuffer(_byte_key(values), dtype=np.uint8).astype(np.int64)
 
 
 def successor_stats(row: np.ndarray) -> tuple[int, tuple]:
@@ -740,6 +879,16 @@ _GROUP_BYTE_FLAGS = np.array([[b in spec.ascii_bytes for b in range(128)] for sp
 # Keyed by the trie, which vocabularies resized with ``with_size`` share.
 _TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _TABLES_LOCK = threading.Lock()
+
+
+def forget_groups_without() -> None:
+    """Drop every group made without some dead bytes (``TokenGroup.without_bytes``): which
+    bytes a grammar's strings leave out is learnt from the grammar, not the vocabulary."""
+    with _TABLES_LOCK:
+        tables = list(_TABLES.values())
+    for table in tables:
+        with table._lock:
+            table._without.clear()
 
 
 def group_tables_for(vocab: TokenVocabulary) -> GroupTables:

@@ -70,7 +70,8 @@ class TokenTrie:
     """
 
     __slots__ = _ARRAY_FIELDS + (
-        "_byte_blob", "_node_has_tokens", "token_nodes", "_first_bytes", "_subtree_tables", "__weakref__"
+        "_byte_blob", "_node_has_tokens", "token_nodes", "_first_bytes", "_subtree_tables", "_path_ascii",
+        "__weakref__",
     )
 
     def __init__(self, **arrays: np.ndarray) -> None:
@@ -85,6 +86,7 @@ class TokenTrie:
         self.token_nodes = np.repeat(np.arange(len(self.parent), dtype=np.int32), counts)
         self._first_bytes: np.ndarray | None = None
         self._subtree_tables: tuple | None = None
+        self._path_ascii: tuple | None = None
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -184,6 +186,32 @@ class TokenTrie:
                 first[low:high] = first[self.parent[low:high]]
             self._first_bytes = first
         return self._first_bytes
+
+    def ascii_bits(self, nodes: np.ndarray, *, by_token: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The ASCII bytes of the path of each node of ``nodes``, as 128-bit sets (two
+        uint64 arrays: bytes 0-63, 64-127), looked up in a table made once per trie. With
+        ``by_token``, ``nodes`` are token ids instead, each standing for the node it ends
+        at (ids in order read the table front to back, as their nodes would not)."""
+        if self._path_ascii is None:
+            # Level by level, a node's set is its parent's and its own byte.
+            bits = np.zeros((self.num_nodes, 2), dtype=np.uint64)
+            ascii_nodes = np.flatnonzero(self.byte < 0x80)
+            ascii_nodes = ascii_nodes[ascii_nodes > 0]
+            values_at = self.byte[ascii_nodes].astype(np.uint64)
+            halves = (values_at >> np.uint64(6)).astype(np.intp)
+            bits[ascii_nodes, halves] = np.left_shift(np.uint64(1), values_at & np.uint64(63))
+            for depth in range(2, self.max_depth + 1):
+                low, high = int(self.level_start[depth]), int(self.level_start[depth + 1])
+                bits[low:high] |= bits[self.parent[low:high]]
+            token_bits = np.zeros((int(self.token_ids.max(initial=-1)) + 1, 2), dtype=np.uint64)
+            token_bits[self.token_ids] = bits[self.token_nodes]
+            # Apart, each gathers faster than rows of two.
+            self._path_ascii = tuple(
+                np.ascontiguousarray(table[:, half]) for table in (bits, token_bits) for half in (0, 1)
+            )
+        low, high = self._path_ascii[2:] if by_token else self._path_ascii[:2]
+        nodes = np.asarray(nodes, dtype=np.intp)
+        return np.take(low, nodes), np.take(high, nodes)
 
     @property
     def subtree_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -355,6 +383,26 @@ ASCII_BYTES = np.arange(128, dtype=np.intp)
 
 
 # ------------------------------------------------------------------- bitsets
+def ascii_words(values) -> tuple[np.uint64, np.uint64]:
+    """The ASCII bytes ``values`` as a 128-bit set (``TokenTrie.ascii_bits``'s form)."""
+    words = [0, 0]
+    for value in values:
+        if not 0 <= value < 0x80:
+            raise ValueError(f"an ASCII byte set takes bytes below 128, not {value}")
+        words[value >> 6] |= 1 << (value & 63)
+    return np.uint64(words[0]), np.uint64(words[1])
+
+
+def bits_holding(ascii_bits: tuple[np.ndarray, np.ndarray], values) -> np.ndarray:
+    """Where 128-bit sets of ASCII bytes (``TokenTrie.ascii_bits``) hold any of ``values``."""
+    low, high = ascii_bits
+    wanted = ascii_words(values)
+    found = low & wanted[0]
+    if wanted[1]:
+        found = found | (high & wanted[1])
+    return found != 0
+
+
 def words_for(size: int) -> int:
     """Number of 32-bit words of a packed bitset over ``size`` token ids."""
     return (size + 31) >> 5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -764,6 +765,74 @@ def test_near_uniform_groups_agree_with_brute_force(vocab, pattern, text, except
         assert matcher.advance(vocab.tokenize_bytes(bytes([value]))[0]) is not Status.REJECTED
     assert exceptions_seen == excepted
     assert matcher.is_accepting()
+
+
+def _walk_with_brute_force(vocab, grammar, text: bytes) -> set[str]:
+    """Step ``text`` a byte at a time, checking each mask and its token ends against
+    stepping every token; the names of the groups without dead bytes the walks chose."""
+    from surecall.engine import matcher as matcher_module
+
+    matcher = Matcher(grammar, vocab)
+    matcher._tables = matcher_module._AutomatonTables(vocab)  # group choices of this walk only
+    chosen = set()
+    for value in text:
+        found = matcher._chain_group(matcher.config)
+        if found is not None and found[0].dead_bytes is not None:
+            chosen.add(found[0].spec.name)
+        expected = _brute_force_ends(grammar.automaton, vocab, matcher.config)
+        entry = matcher._entry(matcher.config)
+        assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == expected
+        assert doubles.walked_tokens(matcher, matcher.config) == expected
+        assert matcher.advance(vocab.tokenize_bytes(bytes([value]))[0]) is not Status.REJECTED
+    assert matcher.is_accepting()
+    return chosen
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "gain", "chosen"),
+    [
+        # A string leaving out some signs: the string's group less them, whose members
+        # holding one ("hello", " world", "no") are not allowed.
+        (r'"[^"\\o ]*"', b'"ab\xc3\xa9x"', 2, True),
+        (r'"[^"\\o.<]{0,6}"', b'"ab\xe6\x97\xa5x"', 2, True),  # along a counter
+        # After a first character the word group chains: the string's group less the
+        # signs replaces it where it has more than ``gain`` times its members.
+        (r'"[A-Za-z0-9_][^"\\<>*#.%&:+?/]{0,8}"', b'"Az x"', 1, True),
+        (r'"[A-Za-z0-9_][^"\\<>*#.%&:+?/]{0,8}"', b'"Az x"', 10, False),
+        # "o" dies for two characters only: no chain of the group without it holds.
+        (r'"[^"\\o]{2}[^"\\]*"', b'"abox"', 2, False),
+    ],
+)
+def test_groups_without_dead_bytes_agree_with_brute_force(vocab, monkeypatch, pattern, text, gain, chosen):
+    from surecall.engine import Grammar, token_groups
+
+    monkeypatch.setattr(token_groups, "WITHOUT_BYTES_GAIN", gain)
+    assert bool(_walk_with_brute_force(vocab, Grammar.from_regex(pattern), text)) == chosen
+
+
+_SIGNS = b"o .<>ae1x:"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    dead=st.sets(st.sampled_from(list(_SIGNS)), min_size=1, max_size=5),
+    longest=st.one_of(st.none(), st.integers(0, 7)),
+    text=st.lists(st.sampled_from(list(_SIGNS + "é日".encode())), max_size=7),
+)
+def test_strings_leaving_out_signs_walk_as_brute_force_steps(vocab, dead, longest, text):
+    # Any set of left-out signs, a loop or a counter: every mask and token end is the one
+    # stepping each token finds, whatever group the walk chose.
+    from surecall.engine import Grammar
+
+    left_out = "".join(re.escape(chr(value)) for value in sorted(dead))
+    body = bytes(value for value in text if value not in dead)[: longest if longest is not None else None]
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        body = b""
+    quantifier = "*" if longest is None else f"{{0,{longest}}}"
+    grammar = Grammar.from_regex(f'"[^"\\\\{left_out}]{quantifier}"')
+    _walk_with_brute_force(vocab, grammar, b'"' + body + b'"')
 
 
 def test_configurations_with_too_few_live_bytes_for_a_large_group_skip_the_choice_and_keep_their_masks(vocab):

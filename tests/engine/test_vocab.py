@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from surecall.engine import native
-from surecall.engine.trie import TokenTrie, distinct, pack_ids, set_ids, unpack_ids
+from surecall.engine.trie import TokenTrie, bits_holding, distinct, pack_ids, set_ids, unpack_ids
 from surecall.engine.vocab import TokenVocabulary, bytes_to_unicode
 
 BYTE_CHARS = bytes_to_unicode()
@@ -258,6 +258,37 @@ def test_tokens_holding_matches_a_scan_of_each_token(strings, wanted):
         assert holding[token_id] == any(value in data for value in wanted)
     assert not holding[len(strings)], "special tokens hold no text"
     assert unpack_ids(vocab.tokens_holding_words(wanted), vocab.size).tolist() == np.flatnonzero(holding).tolist()
+
+
+_EDGE_BYTES = [0x00, 0x20, 0x3F, 0x40, 0x61, 0x7F, 0xC3, 0xA9]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    # Bytes at the edges of each 64-bit half, and past ASCII (in no set).
+    st.lists(st.lists(st.sampled_from(_EDGE_BYTES), min_size=1, max_size=6).map(bytes), min_size=1, max_size=30),
+    st.sets(st.sampled_from([value for value in _EDGE_BYTES if value < 0x80]), min_size=1, max_size=3),
+)
+def test_ascii_bits_of_paths_and_tokens_match_a_scan(strings, wanted):
+    # A node's set is the ASCII bytes of its path; a token id stands for its node.
+    vocab = TokenVocabulary(strings + [b"<eos>"], special_ids=[len(strings)], eos_token_ids=[len(strings)])
+    trie = vocab.trie
+    paths = [b""] * trie.num_nodes
+    for node in range(1, trie.num_nodes):
+        paths[node] = paths[int(trie.parent[node])] + bytes([int(trie.byte[node])])
+    nodes = np.arange(trie.num_nodes)
+    low, high = trie.ascii_bits(nodes)
+    for node, path in enumerate(paths):
+        assert [value for value in range(64) if int(low[node]) >> value & 1] == sorted({b for b in path if b < 64})
+        assert [value + 64 for value in range(64) if int(high[node]) >> value & 1] == sorted(
+            {b for b in path if 64 <= b < 128}
+        )
+    assert bits_holding((low, high), wanted).tolist() == [any(b in wanted for b in path) for path in paths]
+    text_ids = [token_id for token_id, data in enumerate(strings) if data]
+    by_token = bits_holding(trie.ascii_bits(text_ids, by_token=True), wanted)
+    assert by_token.tolist() == [any(value in strings[token_id] for value in wanted) for token_id in text_ids]
+    with pytest.raises(ValueError, match="below 128"):
+        bits_holding((low, high), [200])
 
 
 def _holds_in_order(data: bytes, sequence: bytes) -> bool:
