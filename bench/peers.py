@@ -306,21 +306,21 @@ class LMFormatEnforcerEngine(Engine):
 
 class SurecallSession(Session):
     def __init__(self, engine: "SurecallEngine", grammar):
-        from surecall.engine import Matcher
+        from surecall.engine import Matcher, Status
 
         self._engine = engine
         self._grammar = grammar
         self._matcher = Matcher(grammar, engine.vocabulary, max_tokens=engine.max_tokens)
         self.bitmask = engine._words()
         self.eos_token_id = engine.eos_token_id
+        # Looked up once: an import inside ``advance`` would be timed with every step.
+        self._rejected = Status.REJECTED
 
     def fill_mask(self) -> None:
         self._matcher.fill_bitmask(self.bitmask)
 
     def advance(self, token_id: int) -> bool:
-        from surecall.engine import Status
-
-        return self._matcher.advance(token_id) != Status.REJECTED
+        return self._matcher.advance(token_id) != self._rejected
 
     def accepting(self) -> bool:
         return bool(self._matcher.is_accepting())
