@@ -207,13 +207,7 @@ class TokenGroup:
         from a configuration where the bytes are not dead must not use the group
         (``dead_bytes`` names them for the caller to check)."""
         dead_values = dead.tolist()
-        if self._members_ascii is None:
-            # Each member's ASCII bytes, in id order and in character order: read front to
-            # back by every group made from this one.
-            self._members_ascii = tuple(
-                trie.ascii_bits(self.member_ids[order], by_token=True) for order in (slice(None), self._chars_order)
-            )
-        in_id_order, in_chars_order = self._members_ascii
+        in_id_order, in_chars_order = self._member_ascii_bits(trie)
         members = ~bits_holding(in_id_order, dead_values)
         exits = ~bits_holding(trie.ascii_bits(trie.parent[self.exit_nodes]), dead_values)
         partials = ~bits_holding(trie.ascii_bits(self.partial_nodes), dead_values)
@@ -244,6 +238,21 @@ class TokenGroup:
             np.bincount(group.member_chars, minlength=1),
         )
         return group
+
+    def _member_ascii_bits(self, trie: TokenTrie) -> tuple:
+        """Each member's ASCII bytes (``TokenTrie.ascii_bits``), in id order and in
+        character order: read front to back by every group made from this one."""
+        if self._members_ascii is None:
+            self._members_ascii = tuple(
+                trie.ascii_bits(self.member_ids[order], by_token=True) for order in (slice(None), self._chars_order)
+            )
+        return self._members_ascii
+
+    def prepare(self, trie: TokenTrie) -> None:
+        """Make now what a chain of this group, or a group made from it without some
+        bytes, reads of it on first use."""
+        self._members_by_chars()
+        self._member_ascii_bits(trie)
 
     def first_bytes(self, trie: TokenTrie) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The first byte of each member, exit node and partial node (computed on first use)."""
@@ -710,11 +719,11 @@ class GroupTables:
         return len(self._groups) == len(GROUP_SPECS)
 
     def prepare(self) -> None:
-        """Load (or build and store) every group now rather than at its first use."""
+        """Load (or build and store) every group now rather than at its first use, with
+        what its first chain reads (``TokenGroup.prepare``)."""
+        trie = self._trie()
         for spec in GROUP_SPECS:
-            self.group(spec)
-        # What ``without_bytes`` reads of the trie.
-        self._trie().ascii_bits(np.zeros(0, dtype=np.intp))
+            self.group(spec).prepare(trie)
 
     def _load_or_build(self, spec: GroupSpec) -> TokenGroup:
         root = self._cache_root
