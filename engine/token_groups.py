@@ -17,6 +17,11 @@ by the characters before them.
 
 The groups are properties of the vocabulary alone, the same for every grammar, so
 they are computed once per vocabulary (lazily, per group) and shared.
+
+Where a few ASCII bytes of a group lead nowhere at every configuration of a chain (a
+string whose pattern leaves out some signs), the group less those bytes
+(``TokenGroup.without_bytes``) holds instead: made from the group for that set of bytes
+and kept for a few sets.
 """
 
 from __future__ import annotations
