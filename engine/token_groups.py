@@ -817,6 +817,10 @@ class GroupTables:
                     _keep_for_byte_set(self._without, key, found, _GROUPS_WITHOUT_KEPT)
         return found
 
+    def forget_groups_without(self) -> None:
+        with self._lock:
+            self._without.clear()
+
     def best_uniform_group(
         self, automaton, config: int, row: np.ndarray, stats: tuple | None = None
     ) -> tuple[TokenGroup, int] | None:
@@ -901,8 +905,7 @@ def forget_groups_without() -> None:
     with _TABLES_LOCK:
         tables = list(_TABLES.values())
     for table in tables:
-        with table._lock:
-            table._without.clear()
+        table.forget_groups_without()
 
 
 def group_tables_for(vocab: TokenVocabulary) -> GroupTables:
