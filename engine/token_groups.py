@@ -801,7 +801,7 @@ class GroupTables:
             live_byte = int(spec.ascii_array[~leaving][0])
             if spec.non_ascii and not _utf8_leads_to(automaton, config, target, live_byte):
                 continue
-            yield GroupWithout(self, spec, spec.ascii_array[leaving]), target
+            yield GroupWithout(self, whole, spec.ascii_array[leaving]), target
 
     def group_without(self, spec: GroupSpec, dead: np.ndarray) -> TokenGroup:
         """The group of ``spec`` less the bytes ``dead`` (``TokenGroup.without_bytes``; kept
@@ -850,10 +850,9 @@ class GroupWithout:
 
     __slots__ = ("_tables", "_parent_spec", "spec", "dead_bytes", "max_chars", "wide_chars")
 
-    def __init__(self, tables: GroupTables, spec: GroupSpec, dead: np.ndarray) -> None:
-        parent = tables.group(spec)
-        self._tables, self._parent_spec = tables, spec
-        self.spec = _spec_without(spec, dead)
+    def __init__(self, tables: GroupTables, parent: TokenGroup, dead: np.ndarray) -> None:
+        self._tables, self._parent_spec = tables, parent.spec
+        self.spec = _spec_without(parent.spec, dead)
         self.dead_bytes = _byte_array(dead)
         self.max_chars, self.wide_chars = parent.max_chars, parent.wide_chars
 
