@@ -1034,6 +1034,7 @@ static PyMethodDef native_methods[] = {
     {"product_moves", product_moves, METH_VARARGS, product_moves_doc},
     {"nfa_tables", nfa_tables, METH_VARARGS, nfa_tables_doc},
     {"close", close_items, METH_VARARGS, close_doc},
+    {"set_search_tails", set_search_tails, METH_VARARGS, set_search_tails_doc},
     {"plain_scans", plain_scans, METH_VARARGS, plain_scans_doc},
     {"frozen", frozen, METH_O, frozen_doc},
     {"intern_info", intern_info, METH_VARARGS, intern_info_doc},

@@ -11,6 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,11 @@ typedef struct {
     Py_buffer table_buffer;  /* a view of the table last read (``table_view``) */
     int text_mode;
     Py_ssize_t max_items, max_configs;
+    /* Searches' tails (``set_search_tails``): per position the search whose tail starts a
+     * unit there, and the search whose tail makes an item there redundant (-1: none); how
+     * many starts each search has. */
+    int32_t *tail_start, *tail_drops, *tail_counts;
+    Py_ssize_t num_searches;
 } NfaTables;
 
 static void tables_free(NfaTables *t) {
@@ -214,6 +220,7 @@ static void tables_free(NfaTables *t) {
     }
     free(t->mask_id);
     free(t->mask_bits);
+    free(t->tail_start); free(t->tail_drops); free(t->tail_counts);
     free(t);
 }
 
@@ -705,6 +712,171 @@ static int add_item(PyObject *items, PyObject *item, int *any_tracked) {
     return PySet_Add(items, item);
 }
 
+const char set_search_tails_doc[] = (
+"set_search_tails(tables, starts, droppable, counts)\n"
+"\n"
+"Gives ``close`` the searches' tails of ``automaton._SearchTails``: ``starts`` and\n"
+"``droppable`` map positions to search numbers, ``counts`` is each search's number of\n"
+"starts. A closure holding an item at every start of a search drops the items with the\n"
+"same origin, watch and token state at that search's droppable positions.");
+
+static int search_positions(NfaTables *t, PyObject *by_position, int32_t *out) {
+    PyObject *key, *value;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(by_position, &at, &key, &value)) {
+        long position, number;
+        if (as_index(key, t->size, &position) < 0 || as_index(value, t->num_searches, &number) < 0) {
+            return -1;
+        }
+        out[position] = (int32_t)number;
+    }
+    return 0;
+}
+
+PyObject *set_search_tails(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *starts, *droppable, *counts;
+    if (!PyArg_ParseTuple(args, "OO!O!O!:set_search_tails", &capsule, &PyDict_Type, &starts, &PyDict_Type, &droppable,
+                          &PyList_Type, &counts)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL) {
+        return NULL;
+    }
+    const Py_ssize_t num = PyList_GET_SIZE(counts);
+    int32_t *start = zeroed(t->size, 4), *drops = zeroed(t->size, 4), *tail_counts = zeroed(num, 4);
+    if (start == NULL || drops == NULL || tail_counts == NULL) {
+        free(start); free(drops); free(tail_counts);
+        return NULL;
+    }
+    for (Py_ssize_t p = 0; p < t->size; p++) {
+        start[p] = drops[p] = -1;
+    }
+    for (Py_ssize_t i = 0; i < num; i++) {
+        long count;
+        if (as_index(PyList_GET_ITEM(counts, i), LONG_MAX, &count) < 0) {
+            free(start); free(drops); free(tail_counts);
+            return NULL;
+        }
+        tail_counts[i] = (int32_t)count;
+    }
+    free(t->tail_start); free(t->tail_drops); free(t->tail_counts);
+    t->tail_start = start, t->tail_drops = drops, t->tail_counts = tail_counts, t->num_searches = num;
+    if (search_positions(t, starts, start) < 0 || search_positions(t, droppable, drops) < 0) {
+        t->num_searches = 0;
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The key of an item's search ``number`` and fields, as ``_SearchTails.without_subsumed`` makes it. */
+static PyObject *tail_key(long number, PyObject *origin, PyObject *watch, PyObject *state) {
+    PyObject *key = PyTuple_New(4), *value = PyLong_FromLong(number);
+    if (key == NULL || value == NULL) {
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(key, 0, value);
+    PyTuple_SET_ITEM(key, 1, Py_NewRef(origin));
+    PyTuple_SET_ITEM(key, 2, Py_NewRef(watch));
+    PyTuple_SET_ITEM(key, 3, Py_NewRef(state));
+    return key;
+}
+
+/* ``items`` (a frozenset) less the items a search's tail makes redundant (see
+ * ``set_search_tails``): a new reference, ``items`` itself when none is. */
+static PyObject *without_subsumed(NfaTables *t, PyObject *items) {
+    PyObject *met = NULL, *complete = NULL, *kept = NULL, *item;
+    PyObject *iterator = PyObject_GetIter(items);
+    Py_ssize_t at = 0;
+    if (iterator == NULL) {
+        return NULL;
+    }
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        int32_t p;
+        PyObject *o, *w, *state;
+        /* The set holds the item and its fields. */
+        Py_DECREF(item);
+        if (unpack_item(t, item, &p, &o, &w, &state) < 0) {
+            goto done;
+        }
+        if (t->tail_start[p] < 0) {
+            continue;
+        }
+        PyObject *key = tail_key(t->tail_start[p], o, w, state);
+        if (key == NULL || (met == NULL && (met = PyDict_New()) == NULL)) {
+            Py_XDECREF(key);
+            goto done;
+        }
+        PyObject *count = PyDict_GetItemWithError(met, key);
+        long seen = count == NULL ? 0 : PyLong_AsLong(count);
+        PyObject *number = PyErr_Occurred() ? NULL : PyLong_FromLong(seen + 1);
+        int status = number == NULL ? -1 : PyDict_SetItem(met, key, number);
+        Py_XDECREF(number);
+        Py_DECREF(key);
+        if (status < 0) {
+            goto done;
+        }
+    }
+    Py_CLEAR(iterator);
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (met != NULL) {
+        PyObject *key, *count;
+        at = 0;
+        while (PyDict_Next(met, &at, &key, &count)) {
+            long number = PyLong_AsLong(PyTuple_GET_ITEM(key, 0));
+            if (PyLong_AsLong(count) != t->tail_counts[number]) {
+                continue;
+            }
+            if ((complete == NULL && (complete = PySet_New(NULL)) == NULL) || PySet_Add(complete, key) < 0) {
+                goto done;
+            }
+        }
+    }
+    if (complete == NULL) {
+        kept = Py_NewRef(items);
+        goto done;
+    }
+    if ((kept = PyFrozenSet_New(NULL)) == NULL || (iterator = PyObject_GetIter(items)) == NULL) {
+        Py_CLEAR(kept);
+        goto done;
+    }
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        int32_t p;
+        PyObject *o, *w, *state;
+        Py_DECREF(item);
+        if (unpack_item(t, item, &p, &o, &w, &state) < 0) {
+            Py_CLEAR(kept);
+            goto done;
+        }
+        int dropped = 0;
+        if (t->tail_drops[p] >= 0) {
+            PyObject *key = tail_key(t->tail_drops[p], o, w, state);
+            dropped = key == NULL ? -1 : PySet_Contains(complete, key);
+            Py_XDECREF(key);
+        }
+        if (dropped < 0 || (!dropped && PySet_Add(kept, item) < 0)) {
+            Py_CLEAR(kept);
+            goto done;
+        }
+    }
+    if (PyErr_Occurred()) {
+        Py_CLEAR(kept);
+    } else if (!PyObject_GC_IsTracked(items)) {
+        PyObject_GC_UnTrack(kept);
+    }
+
+done:
+    Py_XDECREF(iterator);
+    Py_XDECREF(met);
+    Py_XDECREF(complete);
+    return kept;
+}
+
 /* The closure of ``kernel`` as ``close`` returns it (a new reference). */
 static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int text_mode, PyObject *callers,
                             Py_ssize_t max_items) {
@@ -990,6 +1162,10 @@ static PyObject *closure_of(NfaTables *t, PyObject *kernel, int at_boundary, int
     }
     if (!any_tracked) {
         PyObject_GC_UnTrack(items);  /* as ``plain_frozenset`` */
+    }
+    if (t->num_searches) {
+        result = without_subsumed(t, items);
+        goto done;
     }
     result = items;
     items = NULL;

@@ -76,6 +76,8 @@ from .ir import (
     Ref,
     Repeat,
     Seq,
+    seq,
+    star,
 )
 from .trie import ASCII_BYTES, distinct
 
@@ -361,6 +363,8 @@ class _Nfa:
         self._reverse: _ReverseGraph | None = None
         self.has_any = False
         self.has_calls = False
+        # Search-shaped sequences' subsumption, once built (``_SearchTails``), or None.
+        self.search_tails: _SearchTails | None = None
 
     def add(self, kind: int, mask: int, out, arg: int, owner: int) -> int:
         self.kind.append(kind)
@@ -473,6 +477,10 @@ class _NfaBuilder:
         # reference shares them. Composite nodes by identity ((node, entry), the node kept
         # so that its id stays its own), terminals by value (their entry).
         self._emitted: dict[tuple, int | tuple] = {}
+        # Search-shaped sequences emitted (``X* body X*``): (their first position, the
+        # position after their last, their tail's hub, the position after them, X),
+        # analysed once the automaton is wired (``_SearchTails``).
+        self._searches: list[tuple[int, int, int, int, Node]] = []
 
     # -- which rules are called instead of inlined ---------------------------------
     def _choose_called_rules(self) -> set[str]:
@@ -637,6 +645,8 @@ class _NfaBuilder:
         # Epsilon targets were lists while the positions were wired; as tuples of ints the
         # garbage collector stops tracking them (tens of thousands in a large grammar).
         nfa.out = [tuple(target) if type(target) is list else target for target in nfa.out]
+        if self._searches:
+            nfa.search_tails = _SearchTails.of(nfa, self._searches, self._operand)
         return nfa
 
     def _new(self, kind: int, mask: int = 0, out=None, arg: int = -1) -> int:
@@ -710,9 +720,17 @@ class _NfaBuilder:
         first, dead_end_before = len(nfa.kind), nfa.may_dead_end
         t = type(node)
         if t is Seq:
+            items = node.items
+            lead, tail, unit = _search_span(items)
             entry = nxt
-            for item in reversed(node.items):
-                entry = self.emit(item, entry)
+            for index in range(len(items) - 1, -1, -1):
+                if index == tail:
+                    begin, after = len(nfa.kind), entry
+                entry = self.emit(items[index], entry)
+                if index == tail:
+                    hub = entry
+                elif index == lead and hub >= begin:
+                    self._searches.append((begin, len(nfa.kind), hub, after, unit))
         elif t is Alt:
             entry = self._new(_EPS, out=[self.emit(item, nxt) for item in node.items]) if node.items else self._nothing()
         else:
@@ -849,10 +867,21 @@ class _NfaBuilder:
         # Single successors relocate in one pass; epsilon lists and counter pairs after it.
         single = tuple(out if type(out) is int else 0 for out in outs)
         several = tuple((index, kinds[index], out) for index, out in enumerate(outs) if type(out) is not int)
-        return tuple(kinds), tuple(nfa.mask[first:last]), tuple(nfa.arg[first:last]), single, several, start, dead_end
+        try:
+            searches = tuple(
+                (begin - first, end - first, hub - first, relative(after), unit)
+                for begin, end, hub, after, unit in self._searches
+                if first <= begin
+            )
+        except LookupError:
+            return None
+        return (
+            tuple(kinds), tuple(nfa.mask[first:last]), tuple(nfa.arg[first:last]), single, several, start, dead_end,
+            searches,
+        )
 
     def _instantiate(self, template, nxt: int) -> int:
-        kinds, masks, args, single, several, entry, dead_end = template
+        kinds, masks, args, single, several, entry, dead_end, searches = template
         nfa = self.nfa
         base = len(nfa.kind)
         relocated = [nxt if out < 0 else base + out for out in single]
@@ -869,6 +898,8 @@ class _NfaBuilder:
             raise nfa.too_large()
         if dead_end:
             nfa.may_dead_end = True
+        for begin, end, hub, after, unit in searches:
+            self._searches.append((base + begin, base + end, base + hub, nxt if after < 0 else base + after, unit))
         return nxt if entry < 0 else base + entry
 
     def _emit_sequences(self, sequences, nxt: int, tag: int) -> int:
@@ -1175,6 +1206,183 @@ class _Product:
         if self._masks is None:
             self._masks = frozenset().union(*(part.consumed_masks() for part in self.parts))
         return self._masks
+
+
+def _search_span(items: tuple) -> tuple[int, int, Node | None]:
+    """(i, j, X) where ``items[i:j + 1]`` is a search, ``X* body X*`` (a JSON Schema
+    ``pattern`` unanchored at both ends), the first and last such stars of the sequence;
+    (-1, -1, None) when there is none."""
+    stars = [
+        index for index, item in enumerate(items)
+        if type(item) is Repeat and item.min == 0 and item.max is None
+    ]
+    for lead in stars:
+        for tail in reversed(stars):
+            if tail - lead >= 2 and items[tail].item == items[lead].item:
+                return lead, tail, items[lead].item
+    return -1, -1, None
+
+
+class _SearchTails:
+    """Which items a search's tail makes redundant.
+
+    In ``X* body X*`` the parse that has found ``body`` sits in the tail ``X*``, where any
+    text of units may follow; the parses still looking for ``body`` (in the lead, or part
+    way into ``body``) can only finish with such a text too. Kept, they make every
+    configuration after a match differ from the next (a string under ``"pattern":
+    "response"`` never returns to a plain string's configuration, so no token group holds
+    and every mask walks the whole vocabulary). So when a configuration holds, with the same
+    origin, watch and token state, an item at every position where the tail starts a unit
+    (``starts``: together they go on with exactly ``X+`` and then what follows the
+    search), its items at the search's positions whose own way to the search's end reads
+    only ``X+`` (``droppable``, found by running that way against ``X+``'s automaton) say
+    nothing more, and are dropped. What the configuration accepts does not change."""
+
+    #: Position -> search number, for the tail's starts and for the droppable positions;
+    #: and how many starts each search has.
+    def __init__(self, starts: dict[int, int], droppable: dict[int, int], counts: list[int]) -> None:
+        self.starts = starts
+        self.droppable = droppable
+        self.counts = counts
+
+    @classmethod
+    def of(cls, nfa: "_Nfa", searches, operand) -> "_SearchTails | None":
+        starts: dict[int, int] = {}
+        droppable: dict[int, int] = {}
+        counts: list[int] = []
+        for begin, end, hub, after, unit in searches:
+            # The same search emitted again (a pattern met at several places, in this
+            # grammar or the next) has the same positions relative to its first.
+            key = (unit, _relative_positions(nfa, begin, end, after), hub - begin)
+            found = _search_cache.get(key, False)
+            if found is False:
+                try:
+                    found = _search_positions(nfa, begin, end, hub, after, operand(seq(unit, star(unit))))
+                except GrammarError:
+                    found = None
+                if found is not None:
+                    found = tuple(tuple(p - begin for p in positions) for positions in found)
+                _search_cache[key] = found
+                while len(_search_cache) > OPERAND_CACHE_SIZE:
+                    _search_cache.pop(next(iter(_search_cache)))
+            if found is None:
+                continue
+            tail_starts, dropped = (tuple(begin + p for p in positions) for positions in found)
+            number = len(counts)
+            counts.append(len(tail_starts))
+            starts.update(dict.fromkeys(tail_starts, number))
+            droppable.update(dict.fromkeys(dropped, number))
+        return cls(starts, droppable, counts) if counts else None
+
+    def without_subsumed(self, items: frozenset) -> frozenset:
+        """``items`` less those made redundant (``native.states.close`` does the same in C)."""
+        starts = self.starts
+        met: dict[tuple, int] = {}
+        for item in items:
+            number = starts.get(item[0])
+            if number is not None:
+                key = (number, item[1], item[2], item[3])
+                met[key] = met.get(key, 0) + 1
+        complete = {key for key, count in met.items() if count == self.counts[key[0]]}
+        if not complete:
+            return items
+        droppable = self.droppable
+        return frozenset(
+            item for item in items
+            if (number := droppable.get(item[0])) is None or (number, item[1], item[2], item[3]) not in complete
+        )
+
+
+#: Positions a search's way passes as it would an epsilon: a counted repetition's entry
+#: and hub lead to its body or past it (every count allowed: more ways, never fewer).
+_SEARCH_PASSES = (_EPS, _COUNT_ENTER, _COUNT_HUB)
+#: Searches analysed (``_SearchTails``), by unit and positions relative to the first, oldest evicted.
+_search_cache: dict = {}
+
+
+def _relative_positions(nfa: "_Nfa", begin: int, end: int, after: int) -> tuple:
+    """The kinds, byte sets, usefulness and successors of positions ``begin`` to ``end``,
+    successors relative to ``begin`` (``after``: -1, elsewhere outside: None)."""
+
+    def relative(target: int):
+        return -1 if target == after else (target - begin if begin <= target < end else None)
+
+    outs = [
+        relative(out) if type(out) is int else tuple(relative(target) for target in out) if out is not None else None
+        for out in nfa.out[begin:end]
+    ]
+    return tuple(nfa.kind[begin:end]), tuple(nfa.mask[begin:end]), tuple(nfa.useful[begin:end]), tuple(outs)
+
+
+def _search_positions(nfa: "_Nfa", begin: int, end: int, hub: int, after: int, plus) -> tuple | None:
+    """(the tail's starts, the droppable positions) of the search emitted at positions
+    ``begin`` to ``end`` (see ``_SearchTails``), its tail's hub ``hub``, continuing at
+    ``after``; ``plus`` the automaton of ``X+``. None when its positions are not plain
+    bytes and epsilons that stay inside it."""
+    kind, out, mask, useful = nfa.kind, nfa.out, nfa.mask, nfa.useful
+    for p in range(begin, end):
+        if kind[p] == _BYTE:
+            targets = (out[p],)
+        elif kind[p] in _SEARCH_PASSES:
+            targets = out[p]
+        else:
+            return None
+        if any(not (begin <= target < end or target == after) for target in targets):
+            return None
+    starts, seen, stack = [], {hub}, [hub]
+    while stack:
+        p = stack.pop()
+        if kind[p] == _EPS:
+            for target in out[p]:
+                if target != after and target not in seen:
+                    seen.add(target)
+                    stack.append(target)
+        elif kind[p] != _BYTE:
+            return None  # a unit that starts by counting: no item there to look for
+        elif useful[p]:
+            starts.append(p)
+    if not starts:
+        return None
+    # Pairs (position, state of X+'s automaton after the bytes read from where the way
+    # began): a pair is bad when some way on from it leaves X+ (its automaton dies) or
+    # reaches the search's end outside acceptance.
+    byte_sets: dict[int, np.ndarray] = {}
+    moves: dict[tuple[int, int], tuple[int, ...]] = {}
+    followers: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    bad: list[tuple[int, int]] = []
+    plain = [p for p in range(begin, end) if kind[p] == _BYTE and useful[p] and p not in seen]
+    stack = [(p, plus.initial) for p in plain]
+    reached = set(stack)
+    while stack:
+        pair = stack.pop()
+        p, state = pair
+        if state < 0 or (p == after and not plus.is_accepting(state)):
+            bad.append(pair)
+            continue
+        if p == after:
+            continue
+        if kind[p] != _BYTE:
+            following = [(target, state) for target in out[p]]
+        else:
+            key = (mask[p], state)
+            states = moves.get(key)
+            if states is None:
+                row = plus.row(state)
+                states = moves[key] = tuple(set(row[_bytes_of(mask[p], byte_sets)].tolist()))
+            following = [(out[p], nxt) for nxt in states]
+        for nxt in following:
+            followers.setdefault(nxt, []).append(pair)
+            if nxt not in reached:
+                reached.add(nxt)
+                stack.append(nxt)
+    spoiled = set(bad)
+    while bad:
+        for earlier in followers.get(bad.pop(), ()):
+            if earlier not in spoiled:
+                spoiled.add(earlier)
+                bad.append(earlier)
+    droppable = [p for p in plain if (p, plus.initial) not in spoiled]
+    return (tuple(starts), tuple(droppable)) if droppable else None
 
 
 class _ReverseGraph:
@@ -1825,9 +2033,13 @@ class ByteAutomaton:
             return None
         nfa = self._nfa
         limited = [limit is not None for limit in nfa.except_limit]
-        return native.states.nfa_tables(
+        tables = native.states.nfa_tables(
             nfa.kind, nfa.out, nfa.arg, nfa.useful, nfa.rule_start, nfa.counters, limited, PENDING, nfa.mask
         )
+        tails = nfa.search_tails
+        if tails is not None:
+            native.states.set_search_tails(tables, tails.starts, tails.droppable, tails.counts)
+        return tables
 
     # -- closure ----------------------------------------------------------------------
     def _local_closure(self, p: int) -> tuple[int, ...]:
@@ -1958,7 +2170,8 @@ class ByteAutomaton:
                     work.append((out[q], o, w, None))
             if len(items) > MAX_ITEMS_PER_CONFIG:
                 raise _too_many_items()
-        return frozenset(items)
+        tails = nfa.search_tails
+        return frozenset(items) if tails is None else tails.without_subsumed(frozenset(items))
 
     def _intern(self, items: frozenset) -> int:
         cid = self._index.get(items)
