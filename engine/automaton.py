@@ -1293,6 +1293,9 @@ class _SearchTails:
         )
 
 
+#: The most positions a search may have for its tail to be analysed (the analysis runs over
+#: every position and state of ``X+``'s automaton; past this, the search is left as it is).
+SEARCH_MAX_POSITIONS = 4096
 #: Positions a search's way passes as it would an epsilon: a counted repetition's entry
 #: and hub lead to its body or past it (every count allowed: more ways, never fewer).
 _SEARCH_PASSES = (_EPS, _COUNT_ENTER, _COUNT_HUB)
@@ -1319,6 +1322,8 @@ def _search_positions(nfa: "_Nfa", begin: int, end: int, hub: int, after: int, p
     ``begin`` to ``end`` (see ``_SearchTails``), its tail's hub ``hub``, continuing at
     ``after``; ``plus`` the automaton of ``X+``. None when its positions are not plain
     bytes and epsilons that stay inside it."""
+    if end - begin > SEARCH_MAX_POSITIONS:
+        return None
     kind, out, mask, useful = nfa.kind, nfa.out, nfa.mask, nfa.useful
     for p in range(begin, end):
         if kind[p] == _BYTE:
