@@ -770,47 +770,56 @@ PyObject *set_search_tails(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* The key of an item's search ``number`` and fields, as ``_SearchTails.without_subsumed`` makes it. */
-static PyObject *tail_key(long number, PyObject *origin, PyObject *watch, PyObject *state) {
-    PyObject *key = PyTuple_New(4), *value = PyLong_FromLong(number);
-    if (key == NULL || value == NULL) {
-        Py_XDECREF(key);
-        Py_XDECREF(value);
-        return NULL;
+/* ``*key``: the key ``_SearchTails.without_subsumed`` makes of ``item`` for the search
+ * ``by_position`` names at its position, (search, origin, watch, token state); NULL where
+ * it names none. -1 on failure. */
+static int tail_key(NfaTables *t, PyObject *item, const int32_t *by_position, PyObject **key) {
+    int32_t p;
+    PyObject *fields[3];
+    *key = NULL;
+    if (unpack_item(t, item, &p, &fields[0], &fields[1], &fields[2]) < 0) {
+        return -1;
     }
-    PyTuple_SET_ITEM(key, 0, value);
-    PyTuple_SET_ITEM(key, 1, Py_NewRef(origin));
-    PyTuple_SET_ITEM(key, 2, Py_NewRef(watch));
-    PyTuple_SET_ITEM(key, 3, Py_NewRef(state));
-    return key;
+    if (by_position[p] < 0) {
+        return 0;
+    }
+    PyObject *made = PyTuple_New(4), *number = PyLong_FromLong(by_position[p]);
+    if (made == NULL || number == NULL) {
+        Py_XDECREF(made);
+        Py_XDECREF(number);
+        return -1;
+    }
+    PyTuple_SET_ITEM(made, 0, number);
+    for (int i = 0; i < 3; i++) {
+        PyTuple_SET_ITEM(made, i + 1, Py_NewRef(fields[i]));
+    }
+    *key = made;
+    return 0;
 }
 
 /* ``items`` (a frozenset) less the items a search's tail makes redundant (see
  * ``set_search_tails``): a new reference, ``items`` itself when none is. */
 static PyObject *without_subsumed(NfaTables *t, PyObject *items) {
-    PyObject *met = NULL, *complete = NULL, *kept = NULL, *item;
-    PyObject *iterator = PyObject_GetIter(items);
-    Py_ssize_t at = 0;
-    if (iterator == NULL) {
+    /* A list of the items, which holds them (and so their fields) for both passes. */
+    PyObject *listed = PySequence_List(items);
+    PyObject *met = NULL, *complete = NULL, *kept = NULL, *key, *count;
+    if (listed == NULL) {
         return NULL;
     }
-    while ((item = PyIter_Next(iterator)) != NULL) {
-        int32_t p;
-        PyObject *o, *w, *state;
-        /* The set holds the item and its fields. */
-        Py_DECREF(item);
-        if (unpack_item(t, item, &p, &o, &w, &state) < 0) {
+    const Py_ssize_t size = PyList_GET_SIZE(listed);
+    /* How many starts of each search an item stands at, by key. */
+    for (Py_ssize_t i = 0; i < size; i++) {
+        if (tail_key(t, PyList_GET_ITEM(listed, i), t->tail_start, &key) < 0) {
             goto done;
         }
-        if (t->tail_start[p] < 0) {
+        if (key == NULL) {
             continue;
         }
-        PyObject *key = tail_key(t->tail_start[p], o, w, state);
-        if (key == NULL || (met == NULL && (met = PyDict_New()) == NULL)) {
-            Py_XDECREF(key);
+        if (met == NULL && (met = PyDict_New()) == NULL) {
+            Py_DECREF(key);
             goto done;
         }
-        PyObject *count = PyDict_GetItemWithError(met, key);
+        count = PyDict_GetItemWithError(met, key);
         long seen = count == NULL ? 0 : PyLong_AsLong(count);
         PyObject *number = PyErr_Occurred() ? NULL : PyLong_FromLong(seen + 1);
         int status = number == NULL ? -1 : PyDict_SetItem(met, key, number);
@@ -820,58 +829,39 @@ static PyObject *without_subsumed(NfaTables *t, PyObject *items) {
             goto done;
         }
     }
-    Py_CLEAR(iterator);
-    if (PyErr_Occurred()) {
-        goto done;
-    }
-    if (met != NULL) {
-        PyObject *key, *count;
-        at = 0;
-        while (PyDict_Next(met, &at, &key, &count)) {
-            long number = PyLong_AsLong(PyTuple_GET_ITEM(key, 0));
-            if (PyLong_AsLong(count) != t->tail_counts[number]) {
-                continue;
-            }
-            if ((complete == NULL && (complete = PySet_New(NULL)) == NULL) || PySet_Add(complete, key) < 0) {
-                goto done;
-            }
+    Py_ssize_t at = 0;
+    while (met != NULL && PyDict_Next(met, &at, &key, &count)) {
+        long number = PyLong_AsLong(PyTuple_GET_ITEM(key, 0));
+        if (PyLong_AsLong(count) == t->tail_counts[number] &&
+            ((complete == NULL && (complete = PySet_New(NULL)) == NULL) || PySet_Add(complete, key) < 0)) {
+            goto done;
         }
     }
     if (complete == NULL) {
         kept = Py_NewRef(items);
         goto done;
     }
-    if ((kept = PyFrozenSet_New(NULL)) == NULL || (iterator = PyObject_GetIter(items)) == NULL) {
-        Py_CLEAR(kept);
+    if ((kept = PyFrozenSet_New(NULL)) == NULL) {
         goto done;
     }
-    while ((item = PyIter_Next(iterator)) != NULL) {
-        int32_t p;
-        PyObject *o, *w, *state;
-        Py_DECREF(item);
-        if (unpack_item(t, item, &p, &o, &w, &state) < 0) {
-            Py_CLEAR(kept);
-            goto done;
-        }
-        int dropped = 0;
-        if (t->tail_drops[p] >= 0) {
-            PyObject *key = tail_key(t->tail_drops[p], o, w, state);
-            dropped = key == NULL ? -1 : PySet_Contains(complete, key);
-            Py_XDECREF(key);
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *item = PyList_GET_ITEM(listed, i);
+        int dropped = tail_key(t, item, t->tail_drops, &key);
+        if (dropped == 0 && key != NULL) {
+            dropped = PySet_Contains(complete, key);
+            Py_DECREF(key);
         }
         if (dropped < 0 || (!dropped && PySet_Add(kept, item) < 0)) {
             Py_CLEAR(kept);
             goto done;
         }
     }
-    if (PyErr_Occurred()) {
-        Py_CLEAR(kept);
-    } else if (!PyObject_GC_IsTracked(items)) {
+    if (!PyObject_GC_IsTracked(items)) {
         PyObject_GC_UnTrack(kept);
     }
 
 done:
-    Py_XDECREF(iterator);
+    Py_DECREF(listed);
     Py_XDECREF(met);
     Py_XDECREF(complete);
     return kept;
