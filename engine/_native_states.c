@@ -169,10 +169,10 @@ typedef struct {
     int text_mode;
     Py_ssize_t max_items, max_configs;
     /* Searches' tails (``set_search_tails``): per position the search whose tail starts a
-     * unit there, and the search whose tail makes an item there redundant (-1: none); how
-     * many starts each search has. */
-    int32_t *tail_start, *tail_drops, *tail_counts;
-    Py_ssize_t num_searches;
+     * unit there, and the group of searches whose tails make an item there redundant (-1:
+     * none); per search how many starts it has, and its group. */
+    int32_t *tail_start, *tail_drops, *tail_counts, *tail_groups;
+    Py_ssize_t num_searches, num_search_groups;
 } NfaTables;
 
 static void tables_free(NfaTables *t) {
@@ -220,7 +220,7 @@ static void tables_free(NfaTables *t) {
     }
     free(t->mask_id);
     free(t->mask_bits);
-    free(t->tail_start); free(t->tail_drops); free(t->tail_counts);
+    free(t->tail_start); free(t->tail_drops); free(t->tail_counts); free(t->tail_groups);
     free(t);
 }
 
@@ -713,19 +713,20 @@ static int add_item(PyObject *items, PyObject *item, int *any_tracked) {
 }
 
 const char set_search_tails_doc[] = (
-"set_search_tails(tables, starts, droppable, counts)\n"
+"set_search_tails(tables, starts, droppable, counts, groups)\n"
 "\n"
-"Gives ``close`` the searches' tails of ``automaton._SearchTails``: ``starts`` and\n"
-"``droppable`` map positions to search numbers, ``counts`` is each search's number of\n"
-"starts. A closure holding an item at every start of a search drops the items with the\n"
-"same origin, watch and token state at that search's droppable positions.");
+"Gives ``close`` the searches' tails of ``automaton._SearchTails``: ``starts`` maps\n"
+"positions to search numbers, ``droppable`` positions to group numbers; ``counts`` is\n"
+"each search's number of starts and ``groups`` its group. A closure holding an item at\n"
+"every start of a search drops the items with the same origin, watch and token state at\n"
+"its group's droppable positions.");
 
-static int search_positions(NfaTables *t, PyObject *by_position, int32_t *out) {
+static int search_positions(NfaTables *t, PyObject *by_position, long numbers, int32_t *out) {
     PyObject *key, *value;
     Py_ssize_t at = 0;
     while (PyDict_Next(by_position, &at, &key, &value)) {
         long position, number;
-        if (as_index(key, t->size, &position) < 0 || as_index(value, t->num_searches, &number) < 0) {
+        if (as_index(key, t->size, &position) < 0 || as_index(value, numbers, &number) < 0) {
             return -1;
         }
         out[position] = (int32_t)number;
@@ -735,9 +736,9 @@ static int search_positions(NfaTables *t, PyObject *by_position, int32_t *out) {
 
 PyObject *set_search_tails(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *capsule, *starts, *droppable, *counts;
-    if (!PyArg_ParseTuple(args, "OO!O!O!:set_search_tails", &capsule, &PyDict_Type, &starts, &PyDict_Type, &droppable,
-                          &PyList_Type, &counts)) {
+    PyObject *capsule, *starts, *droppable, *counts, *groups;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!:set_search_tails", &capsule, &PyDict_Type, &starts, &PyDict_Type,
+                          &droppable, &PyList_Type, &counts, &PyList_Type, &groups)) {
         return NULL;
     }
     NfaTables *t = tables_of(capsule);
@@ -745,29 +746,40 @@ PyObject *set_search_tails(PyObject *self, PyObject *args) {
         return NULL;
     }
     const Py_ssize_t num = PyList_GET_SIZE(counts);
-    int32_t *start = zeroed(t->size, 4), *drops = zeroed(t->size, 4), *tail_counts = zeroed(num, 4);
-    if (start == NULL || drops == NULL || tail_counts == NULL) {
-        free(start); free(drops); free(tail_counts);
+    if (PyList_GET_SIZE(groups) != num) {
+        PyErr_SetString(PyExc_ValueError, "set_search_tails: counts and groups of different lengths");
         return NULL;
+    }
+    int32_t *start = zeroed(t->size, 4), *drops = zeroed(t->size, 4);
+    int32_t *tail_counts = zeroed(num, 4), *tail_groups = zeroed(num, 4);
+    long num_groups = 0;
+    if (start == NULL || drops == NULL || tail_counts == NULL || tail_groups == NULL) {
+        goto fail;
     }
     for (Py_ssize_t p = 0; p < t->size; p++) {
         start[p] = drops[p] = -1;
     }
     for (Py_ssize_t i = 0; i < num; i++) {
-        long count;
-        if (as_index(PyList_GET_ITEM(counts, i), LONG_MAX, &count) < 0) {
-            free(start); free(drops); free(tail_counts);
-            return NULL;
+        long count, group;
+        if (as_index(PyList_GET_ITEM(counts, i), LONG_MAX, &count) < 0 ||
+            as_index(PyList_GET_ITEM(groups, i), num, &group) < 0) {
+            goto fail;
         }
         tail_counts[i] = (int32_t)count;
+        tail_groups[i] = (int32_t)group;
+        num_groups = group + 1 > num_groups ? group + 1 : num_groups;
     }
-    free(t->tail_start); free(t->tail_drops); free(t->tail_counts);
-    t->tail_start = start, t->tail_drops = drops, t->tail_counts = tail_counts, t->num_searches = num;
-    if (search_positions(t, starts, start) < 0 || search_positions(t, droppable, drops) < 0) {
-        t->num_searches = 0;
-        return NULL;
+    if (search_positions(t, starts, (long)num, start) < 0 || search_positions(t, droppable, num_groups, drops) < 0) {
+        goto fail;
     }
+    free(t->tail_start); free(t->tail_drops); free(t->tail_counts); free(t->tail_groups);
+    t->tail_start = start, t->tail_drops = drops, t->tail_counts = tail_counts, t->tail_groups = tail_groups;
+    t->num_searches = num, t->num_search_groups = num_groups;
     Py_RETURN_NONE;
+
+fail:
+    free(start); free(drops); free(tail_counts); free(tail_groups);
+    return NULL;
 }
 
 /* ``*key``: the key ``_SearchTails.without_subsumed`` makes of ``item`` for the search
@@ -832,8 +844,20 @@ static PyObject *without_subsumed(NfaTables *t, PyObject *items) {
     Py_ssize_t at = 0;
     while (met != NULL && PyDict_Next(met, &at, &key, &count)) {
         long number = PyLong_AsLong(PyTuple_GET_ITEM(key, 0));
-        if (PyLong_AsLong(count) == t->tail_counts[number] &&
-            ((complete == NULL && (complete = PySet_New(NULL)) == NULL) || PySet_Add(complete, key) < 0)) {
+        if (PyLong_AsLong(count) != t->tail_counts[number]) {
+            continue;
+        }
+        /* The search's group, with the item's fields. */
+        PyObject *group_number = PyLong_FromLong(t->tail_groups[number]);
+        PyObject *group = group_number == NULL ? NULL : PyTuple_Pack(4, group_number, PyTuple_GET_ITEM(key, 1),
+                                                                      PyTuple_GET_ITEM(key, 2), PyTuple_GET_ITEM(key, 3));
+        Py_XDECREF(group_number);
+        if (group == NULL) {
+            goto done;
+        }
+        int status = (complete == NULL && (complete = PySet_New(NULL)) == NULL) ? -1 : PySet_Add(complete, group);
+        Py_DECREF(group);
+        if (status < 0) {
             goto done;
         }
     }

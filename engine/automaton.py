@@ -1236,21 +1236,35 @@ class _SearchTails:
     (``starts``: together they go on with exactly ``X+`` and then what follows the
     search), its items at the search's positions whose own way to the search's end reads
     only ``X+`` (``droppable``, found by running that way against ``X+``'s automaton) say
-    nothing more, and are dropped. What the configuration accepts does not change."""
+    nothing more, and are dropped. What the configuration accepts does not change.
 
-    #: Position -> search number, for the tail's starts and for the droppable positions;
-    #: and how many starts each search has.
-    def __init__(self, starts: dict[int, int], droppable: dict[int, int], counts: list[int]) -> None:
+    Searches of one unit that go on at the same position (a pattern's top-level
+    alternatives, ``foo|bar``) form a group: a match of any of them drops the droppable
+    items of them all, the other alternatives' parses included."""
+
+    def __init__(
+        self, starts: dict[int, int], droppable: dict[int, int], counts: list[int], groups: list[int]
+    ) -> None:
+        #: Position -> the search whose tail starts a unit there.
         self.starts = starts
+        #: Position -> the group of the search whose droppable position it is.
         self.droppable = droppable
+        #: Per search: how many starts its tail has, and its group.
         self.counts = counts
+        self.groups = groups
 
     @classmethod
     def of(cls, nfa: "_Nfa", searches, operand) -> "_SearchTails | None":
         starts: dict[int, int] = {}
         droppable: dict[int, int] = {}
         counts: list[int] = []
+        groups: list[int] = []
+        group_of: dict[tuple[int, Node], int] = {}
         for begin, end, hub, after, unit in searches:
+            if _references_list(unit):
+                # A unit naming rules may name the search's own (a recursive grammar): its
+                # automaton would hold the search again, and analysing it would not end.
+                continue
             # The same search emitted again (a pattern met at several places, in this
             # grammar or the next) has the same positions relative to its first.
             key = (unit, _relative_positions(nfa, begin, end, after), hub - begin)
@@ -1268,11 +1282,12 @@ class _SearchTails:
             if found is None:
                 continue
             tail_starts, dropped = (tuple(begin + p for p in positions) for positions in found)
-            number = len(counts)
+            group = group_of.setdefault((after, unit), len(group_of))
+            starts.update(dict.fromkeys(tail_starts, len(counts)))
+            droppable.update(dict.fromkeys(dropped, group))
             counts.append(len(tail_starts))
-            starts.update(dict.fromkeys(tail_starts, number))
-            droppable.update(dict.fromkeys(dropped, number))
-        return cls(starts, droppable, counts) if counts else None
+            groups.append(group)
+        return cls(starts, droppable, counts, groups) if counts else None
 
     def without_subsumed(self, items: frozenset) -> frozenset:
         """``items`` less those made redundant (``native.states.close`` does the same in C)."""
@@ -1283,7 +1298,7 @@ class _SearchTails:
             if number is not None:
                 key = (number, item[1], item[2], item[3])
                 met[key] = met.get(key, 0) + 1
-        complete = {key for key, count in met.items() if count == self.counts[key[0]]}
+        complete = {(self.groups[key[0]], *key[1:]) for key, count in met.items() if count == self.counts[key[0]]}
         if not complete:
             return items
         droppable = self.droppable
@@ -2043,7 +2058,7 @@ class ByteAutomaton:
         )
         tails = nfa.search_tails
         if tails is not None:
-            native.states.set_search_tails(tables, tails.starts, tails.droppable, tails.counts)
+            native.states.set_search_tails(tables, tails.starts, tails.droppable, tails.counts, tails.groups)
         return tables
 
     # -- closure ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from surecall.engine import automaton as automaton_module
 from surecall.engine import native
 from surecall.engine.automaton import DEAD, ByteAutomaton, build_nfa
 from surecall.engine.errors import GrammarError
-from surecall.engine.ir import chars, literal, seq, star
+from surecall.engine.ir import Ref, alt, chars, literal, repeat, seq, star
 from surecall.engine.regex import regex_to_ir
 from surecall.schema import grammar_from_schema
 
@@ -50,25 +50,30 @@ def _along(automaton: ByteAutomaton, text: bytes) -> list[tuple[bool, bool]]:
     return found
 
 
-def _search(unit, body):
-    return seq(literal('"'), star(unit), body, star(unit), literal('"'))
+def _search(unit, body, *others):
+    """A quoted search for ``body``, or for any of ``body`` and ``others`` (a pattern's
+    top-level alternatives: one search each, going on at the same closing quote)."""
+    searches = [seq(star(unit), each, star(unit)) for each in (body, *others)]
+    return seq(literal('"'), alt(*searches), literal('"'))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     unit=regexes,
-    body=regexes,
+    bodies=st.lists(regexes, min_size=1, max_size=2),
     choices=st.lists(st.integers(0, 10**6), max_size=40),
     others=st.lists(st.text(alphabet=st.sampled_from(ALPHABET + ['"']), max_size=10), max_size=6),
 )
-def test_a_search_accepts_what_it_accepts_without_its_tails(unit, body, choices, others):
+def test_a_search_accepts_what_it_accepts_without_its_tails(unit, bodies, choices, others):
     try:
-        node = _search(regex_to_ir(unit[0]), regex_to_ir(body[0]))
+        node = _search(regex_to_ir(unit[0]), *(regex_to_ir(body[0]) for body in bodies))
         with_tails = _automaton(node)
     except GrammarError:
         reject()  # an empty language: nothing to compare
     without = _automaton(node, tails=False)
-    compiled = re.compile(f'"(?:{unit[1]})*(?:{body[1]})(?:{unit[1]})*"', re.ASCII)
+    searched = "|".join(f"(?:{unit[1]})*(?:{body[1]})(?:{unit[1]})*" for body in bodies)
+    compiled = re.compile(f'"(?:{searched})"', re.ASCII)
+    body = bodies
     # A text of the search's own, byte by byte among the bytes that keep it alive (past a
     # match, into the tail), and texts of the alphabet, quoted or not.
     config, walked = with_tails.initial, bytearray()
@@ -92,13 +97,15 @@ def test_a_search_accepts_what_it_accepts_without_its_tails(unit, body, choices,
 
 
 @pytest.mark.parametrize("use_native", [True, False])
-def test_after_a_match_the_configuration_reads_any_unit_back_into_itself(use_native):
+@pytest.mark.parametrize("bodies", [("abc",), ("abc", "xy")])
+def test_after_a_match_the_configuration_reads_any_unit_back_into_itself(use_native, bodies):
     if use_native and native.states is None:
         pytest.skip("the native extension is not built")
-    node = _search(LETTER, literal("abc"))
+    node = _search(LETTER, *map(literal, bodies))
     automaton = _automaton(node, use_native=use_native)
     without = _automaton(node, tails=False, use_native=use_native)
-    texts = [b'"xabc', b'"xabca', b'"xabcab', b'"xabcabc', b'"abcqa']
+    # A match of either alternative drops the other's parses too.
+    texts = [b'"xabc', b'"xabca', b'"xabcab', b'"xabcabc', b'"abcqa', b'"qxabcx', b'"abcxyx']
     after = {automaton.step_bytes(automaton.initial, text) for text in texts}
     assert len(after) == 1 and DEAD not in after
     (config,) = after
@@ -122,11 +129,26 @@ def test_native_and_python_drop_the_same_items(texts):
         assert items[0] == items[1]
 
 
-def test_a_schema_pattern_unanchored_at_both_ends_returns_to_one_configuration_after_a_match():
-    grammar = grammar_from_schema({"type": "string", "pattern": "response"})
+def test_a_schema_pattern_unanchored_at_both_ends_returns_to_one_configuration_after_a_match_of_any_branch():
+    grammar = grammar_from_schema({"type": "string", "pattern": "response|reply"})
     automaton = grammar.automaton
-    after = {automaton.step_bytes(automaton.initial, text.encode()) for text in
-             ('"a response', '"a responser', '"a responseres', '"responsere\\n', '"response é and more')}
-    assert len(after) == 1 and DEAD not in after
+    # By the alternative matched first: once one has, the other's parses are dropped too.
+    for texts in (('"a response', '"a responser', '"a responseres', '"responsere\\n', '"response é, a reply'),
+                  ('"a reply', '"a replyrespo', '"reply and a response')):
+        after = {automaton.step_bytes(automaton.initial, text.encode()) for text in texts}
+        assert len(after) == 1 and DEAD not in after
+        (config,) = after
+        assert automaton.step_bytes(config, b"more text") == config
     assert grammar.accepts('"it is a response of sorts"')
+    assert grammar.accepts('"it is a reply of sorts"')
     assert not grammar.accepts('"it is a respons of sorts"')
+
+
+def test_a_search_whose_unit_names_rules_is_left_as_it_is():
+    # The unit names a rule that holds the search itself: analysing it would build the
+    # search again, without end.
+    searched = seq(star(Ref("item")), alt(Ref("pair"), literal(b""), Ref("pair")), star(Ref("item")))
+    rules = {"item": Ref("items"), "items": repeat(searched, 2, 3), "pair": seq(Ref("items"), Ref("item"))}
+    nfa = build_nfa(rules, "item")
+    assert nfa.search_tails is None
+    assert ByteAutomaton(nfa).initial != DEAD
