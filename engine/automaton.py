@@ -1278,7 +1278,7 @@ class _SearchTails:
                     found = tuple(tuple(p - begin for p in positions) for positions in found)
                 _search_cache[key] = found
                 while len(_search_cache) > OPERAND_CACHE_SIZE:
-                    _search_cache.pop(next(iter(_search_cache)))
+                    _search_cache.pop(next(iter(_search_cache)), None)
             if found is None:
                 continue
             tail_starts, dropped = (tuple(begin + p for p in positions) for positions in found)
