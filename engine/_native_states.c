@@ -172,7 +172,7 @@ typedef struct {
      * unit there, and the group of searches whose tails make an item there redundant (-1:
      * none); per search how many starts it has, and its group. */
     int32_t *tail_start, *tail_drops, *tail_counts, *tail_groups;
-    Py_ssize_t num_searches, num_search_groups;
+    Py_ssize_t num_searches;
 } NfaTables;
 
 static void tables_free(NfaTables *t) {
@@ -774,7 +774,7 @@ PyObject *set_search_tails(PyObject *self, PyObject *args) {
     }
     free(t->tail_start); free(t->tail_drops); free(t->tail_counts); free(t->tail_groups);
     t->tail_start = start, t->tail_drops = drops, t->tail_counts = tail_counts, t->tail_groups = tail_groups;
-    t->num_searches = num, t->num_search_groups = num_groups;
+    t->num_searches = num;
     Py_RETURN_NONE;
 
 fail:

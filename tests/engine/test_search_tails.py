@@ -73,7 +73,6 @@ def test_a_search_accepts_what_it_accepts_without_its_tails(unit, bodies, choice
     without = _automaton(node, tails=False)
     searched = "|".join(f"(?:{unit[1]})*(?:{body[1]})(?:{unit[1]})*" for body in bodies)
     compiled = re.compile(f'"(?:{searched})"', re.ASCII)
-    body = bodies
     # A text of the search's own, byte by byte among the bytes that keep it alive (past a
     # match, into the tail), and texts of the alphabet, quoted or not.
     config, walked = with_tails.initial, bytearray()
@@ -86,14 +85,14 @@ def test_a_search_accepts_what_it_accepts_without_its_tails(unit, bodies, choice
     texts = [bytes(walked), *(f'"{other}"'.encode() for other in others), *(other.encode() for other in others)]
     for text in texts:
         along = _along(with_tails, text)
-        assert along == _along(without, text), (unit, body, text)
+        assert along == _along(without, text), (unit, bodies, text)
         # Python's backtracking takes exponential time on nested stars: short prefixes only.
         for end, (_, accepting) in enumerate(along[:12], 1):
             try:
                 decoded = text[:end].decode()
             except UnicodeDecodeError:
                 continue
-            assert accepting == (compiled.fullmatch(decoded) is not None), (unit, body, decoded)
+            assert accepting == (compiled.fullmatch(decoded) is not None), (unit, bodies, decoded)
 
 
 @pytest.mark.parametrize("use_native", [True, False])
