@@ -71,6 +71,9 @@ class Step:
     kind: str = ""
     #: Seconds inside each phase during the step (inclusive, as ``Profile.phases``).
     phases: dict[str, float] = field(default_factory=dict)
+    #: (surecall) How the step's new mask was walked (one of ``WALK_PATHS``; "" when the
+    #: step walked no mask: its state's was cached).
+    path: str = ""
 
 
 #: The kinds of ``json_position``, in the order the report lists them.
@@ -135,6 +138,74 @@ def json_position(text: str) -> str:
         return "inside a number or literal"
     return {"key": "before an object key", "colon": "after an object key", "value": "value start"}.get(
         expecting, "after a value")
+
+
+#: How surecall walks a new mask (``walk_path``): down a forced byte from the root (a
+#: literal); the plain native walk of the whole trie (no token group, or one too small to
+#: pay); or a token group decided at once and the subtrees where tokens leave it walked,
+#: the group's characters looping back to the state, leading along a chain of states (a
+#: counted or changing string), or holding for all but some first bytes that go their own
+#: way (an object key where some letters start known keys).
+WALK_PATHS = (
+    "forced byte",
+    "no token group",
+    "small token group",
+    "group, looping",
+    "group, along a chain",
+    "group, first bytes excepted",
+)
+
+
+def walk_path(matcher, config: int, from_root: bool) -> str:
+    """Which of ``WALK_PATHS`` ``matcher`` took for its new mask at ``config`` (read after the
+    walk, from the group it chose: nothing is computed here)."""
+    from surecall.engine.matcher import _GROUP_WALK_SHARE
+
+    if not from_root:
+        return WALK_PATHS[0]
+    found = matcher._tables.chain_groups.get(config)
+    if found is None:
+        return WALK_PATHS[1]
+    group, chain, exceptions = found
+    if matcher._small_group(group, _GROUP_WALK_SHARE):
+        return WALK_PATHS[2]
+    if chain is None:
+        return WALK_PATHS[3]
+    return WALK_PATHS[5] if exceptions is not None else WALK_PATHS[4]
+
+
+@contextlib.contextmanager
+def recorded_walk_paths():
+    """Note the ``walk_path`` of each new mask surecall walks, in order, in the yielded list;
+    the matcher's methods are back on exit."""
+    try:
+        from surecall.engine.matcher import Matcher
+    except ImportError:
+        yield []
+        return
+    paths: list[str] = []
+    walk_all, walk_from_root = vars(Matcher)["_walk_all"], vars(Matcher)["_walk_from_root"]
+    from_root = [False]
+
+    def noted_walk_all(self, config, *args, **kwargs):
+        outer = from_root[0]
+        from_root[0] = False
+        try:
+            found = walk_all(self, config, *args, **kwargs)
+            paths.append(walk_path(self, config, from_root[0]))
+            return found
+        finally:
+            from_root[0] = outer
+
+    def noted_walk_from_root(self, *args, **kwargs):
+        from_root[0] = True
+        return walk_from_root(self, *args, **kwargs)
+
+    Matcher._walk_all, Matcher._walk_from_root = noted_walk_all, noted_walk_from_root
+    try:
+        yield paths
+    finally:
+        Matcher._walk_all, Matcher._walk_from_root = walk_all, walk_from_root
 
 
 @dataclass
@@ -217,7 +288,7 @@ def profile_steps(engine, tokenizer, jobs, *, phases=PHASES, rewalk: bool = Fals
     from bench.peers import CompileError
 
     profile = Profile()
-    with timed_phases(phases) as spent:
+    with recorded_walk_paths() as paths, timed_phases(phases) as spent:
         for job in jobs:
             engine.clear_caches()
             gc.collect()
@@ -227,6 +298,7 @@ def profile_steps(engine, tokenizer, jobs, *, phases=PHASES, rewalk: bool = Fals
             except CompileError:
                 profile.failing.append(job["id"])
                 continue
+            paths.clear()  # the first mask's, not a step's
             path = job["valid"][0]
             before_walk = dict(spent)
             states = [session.parse_states()]
@@ -234,6 +306,7 @@ def profile_steps(engine, tokenizer, jobs, *, phases=PHASES, rewalk: bool = Fals
             before_step = [dict(spent)]
 
             def on_step(index, seconds, session=session, job=job, path=path, states=states, steps=steps):
+                walked = paths[-1] if paths else ""
                 now = session.parse_states()
                 new = None if now is None or states[0] is None else now - states[0]
                 inside = {label: total - before_step[0].get(label, 0.0) for label, total in spent.items()}
@@ -242,8 +315,9 @@ def profile_steps(engine, tokenizer, jobs, *, phases=PHASES, rewalk: bool = Fals
                 steps.append(Step(job["id"], index, tokenizer.decode(path[max(0, index - 3) : index]),
                                   tokenizer.decode(path[index : index + 1]), seconds, new, again,
                                   json_position(tokenizer.decode(path[: index + 1])),
-                                  {label: value for label, value in inside.items() if value > 0}))
+                                  {label: value for label, value in inside.items() if value > 0}, walked))
                 before_step[0] = dict(spent)
+                paths.clear()  # the rewalk's too
 
             accepted, _ = walk(session, path, on_step=on_step)
             # A refused path's steps are not the benchmark's (it counts passing schemas only).
@@ -327,6 +401,19 @@ def report(profile: Profile, *, top: int = 20, out=print) -> None:
             built = sum(step.new_states or 0 for step, k in zip(profile.steps, kinds) if k == kind)
             out(f"  {kind:>28}: {int(inside.sum()):6d} steps, {micros[inside].sum() / total * 100:5.1f}% of the time, "
                 f"mean {micros[inside].mean():7.1f} us, {built} states built")
+    if any(step.path for step in profile.steps):
+        out("")
+        out("by how the new mask was walked (steps that walked one):")
+        for path in WALK_PATHS:
+            steps = [step for step in profile.steps if step.path == path]
+            if not steps:
+                continue
+            spent = sum(step.seconds for step in steps) * 1e6
+            built = sum(step.new_states or 0 for step in steps)
+            again = [step.rewalk_seconds for step in steps if step.rewalk_seconds is not None]
+            walked_again = f", walked again {np.mean(again) * 1e6:7.1f} us ({len(again)})" if again else ""
+            out(f"  {path:>28}: {len(steps):6d} steps, {spent / total * 100:5.1f}% of the time, "
+                f"mean {spent / len(steps):7.1f} us, {built} states built{walked_again}")
     if profile.phases:
         out("")
         out("inside the steps (inclusive; phases that call each other overlap):")
@@ -402,6 +489,16 @@ def compare(profile: Profile, other: Profile, name: str, *, top: int = 20, out=p
             mine_us = sum(m.seconds for m, _ in inside) * 1e6 / len(inside)
             their_us = sum(t.seconds for _, t in inside) * 1e6 / len(inside)
             out(f"  {kind:>28}: {len(inside):6d} steps, {mine_us:8.1f} against {their_us:8.1f} "
+                f"({mine_us / their_us:.2f}x)")
+    if any(mine.path for mine, _ in pairs):
+        out("by how the new mask was walked here (mean us a step):")
+        for path in WALK_PATHS:
+            inside = [(mine, their) for mine, their in pairs if mine.path == path]
+            if not inside:
+                continue
+            mine_us = sum(m.seconds for m, _ in inside) * 1e6 / len(inside)
+            their_us = sum(t.seconds for _, t in inside) * 1e6 / len(inside)
+            out(f"  {path:>28}: {len(inside):6d} steps, {mine_us:8.1f} against {their_us:8.1f} "
                 f"({mine_us / their_us:.2f}x)")
     out(f"the {min(top, len(pairs))} steps that take longest beyond {name}'s:")
     for mine, their in sorted(pairs, key=lambda pair: pair[1].seconds - pair[0].seconds)[:top]:

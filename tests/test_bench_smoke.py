@@ -302,6 +302,42 @@ def test_step_profile_rewalks_exactly_the_masks_that_built_states(smollm2):
     assert not any(line.startswith("their masks walked again") for line in lines)
 
 
+def test_step_profile_names_how_each_new_mask_was_walked(smollm2):
+    from bench.mask_bench import make_jobs
+    from bench.step_profile import WALK_PATHS, profile_steps, report
+
+    jobs = make_jobs(builtin_cases(SCHEMAS), smollm2)
+    engine = ENGINES["surecall"](smollm2)
+    profile = profile_steps(engine, smollm2, jobs, phases=())
+    assert {step.path for step in profile.steps} <= set(WALK_PATHS) | {""}
+    # a path exactly where the step's state had no mask yet, as the mask cache of a fresh
+    # compile shows along the same walk
+    for job in jobs:
+        engine.clear_caches()
+        session = engine.compile(job["schema_text"])
+        session.fill_mask()
+        masks = session._matcher._tables.masks
+        grew, before = [], [len(masks)]
+
+        def on_step(index, seconds, masks=masks, grew=grew, before=before):
+            grew.append(len(masks) > before[0])
+            before[0] = len(masks)
+
+        assert walk(session, job["valid"][0], on_step=on_step)[0]
+        assert [bool(step.path) for step in profile.steps if step.schema == job["id"]] == grew
+    # both the plain walks and the token groups' are met on these schemas' strings and keys
+    named = {step.path for step in profile.steps if step.path}
+    assert named & set(WALK_PATHS[:3]) and named & set(WALK_PATHS[3:])
+    lines = []
+    report(profile, top=0, out=lines.append)
+    start = lines.index("by how the new mask was walked (steps that walked one):") + 1
+    rows = lines[start : start + len(named)]
+    assert [row.split(":")[0].strip() for row in rows] == [path for path in WALK_PATHS if path in named]
+    for row in rows:
+        path = row.split(":")[0].strip()
+        assert int(row.split(":")[1].split("steps")[0]) == sum(step.path == path for step in profile.steps)
+
+
 def test_step_comparison_pairs_the_steps_both_engines_walked(smollm2):
     from bench.mask_bench import make_jobs
     from bench.step_profile import Profile, Step, compare, paired_steps, profile_steps
