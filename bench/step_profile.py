@@ -480,31 +480,29 @@ def compare(profile: Profile, other: Profile, name: str, *, top: int = 20, out=p
             their_ms = sum(t.seconds for _, t in inside) * 1e3
             out(f"  {span:>8} states: {len(inside):6d} steps, {mine_ms:8.1f} ms against {their_ms:8.1f} ms, "
                 f"difference {mine_ms - their_ms:+8.1f} ms")
-    if any(mine.kind for mine, _ in pairs):
-        out("by where the new mask is (mean us a step):")
-        for kind in KINDS:
-            inside = [(mine, their) for mine, their in pairs if mine.kind == kind]
-            if not inside:
-                continue
-            mine_us = sum(m.seconds for m, _ in inside) * 1e6 / len(inside)
-            their_us = sum(t.seconds for _, t in inside) * 1e6 / len(inside)
-            out(f"  {kind:>28}: {len(inside):6d} steps, {mine_us:8.1f} against {their_us:8.1f} "
-                f"({mine_us / their_us:.2f}x)")
-    if any(mine.path for mine, _ in pairs):
-        out("by how the new mask was walked here (mean us a step):")
-        for path in WALK_PATHS:
-            inside = [(mine, their) for mine, their in pairs if mine.path == path]
-            if not inside:
-                continue
-            mine_us = sum(m.seconds for m, _ in inside) * 1e6 / len(inside)
-            their_us = sum(t.seconds for _, t in inside) * 1e6 / len(inside)
-            out(f"  {path:>28}: {len(inside):6d} steps, {mine_us:8.1f} against {their_us:8.1f} "
-                f"({mine_us / their_us:.2f}x)")
+    _compare_means(pairs, "kind", KINDS, "by where the new mask is (mean us a step):", out)
+    _compare_means(pairs, "path", WALK_PATHS, "by how the new mask was walked here (mean us a step):", out)
     out(f"the {min(top, len(pairs))} steps that take longest beyond {name}'s:")
     for mine, their in sorted(pairs, key=lambda pair: pair[1].seconds - pair[0].seconds)[:top]:
         built = "" if mine.new_states is None else f"{mine.new_states:5d} new states  "
         out(f"  {mine.seconds * 1e6:9.0f} us against {their.seconds * 1e6:7.0f}  {built}{mine.schema[:36]:36s} "
             f"#{mine.index:<4d} {mine.before[-18:]!r:>22} + {mine.token!r}")
+
+
+def _compare_means(pairs: list, field_name: str, labels: tuple, title: str, out) -> None:
+    """Both engines' mean step for each label of one of our steps' fields (where the mask
+    is, how it was walked), in ``labels``' order; nothing when no step has one."""
+    if not any(getattr(mine, field_name) for mine, _ in pairs):
+        return
+    out(title)
+    for label in labels:
+        inside = [(mine, their) for mine, their in pairs if getattr(mine, field_name) == label]
+        if not inside:
+            continue
+        mine_us = sum(m.seconds for m, _ in inside) * 1e6 / len(inside)
+        their_us = sum(t.seconds for _, t in inside) * 1e6 / len(inside)
+        out(f"  {label:>28}: {len(inside):6d} steps, {mine_us:8.1f} against {their_us:8.1f} "
+            f"({mine_us / their_us:.2f}x)")
 
 
 def _report_phases_by_kind(profile: Profile, total: float, out) -> None:

@@ -342,11 +342,11 @@ def test_step_comparison_pairs_the_steps_both_engines_walked(smollm2):
     from bench.mask_bench import make_jobs
     from bench.step_profile import Profile, Step, compare, paired_steps, profile_steps
 
-    def step(schema, index, seconds, states=None, kind="value start"):
-        return Step(schema, index, "", "t", seconds, states, kind=kind)
+    def step(schema, index, seconds, states=None, kind="value start", path=""):
+        return Step(schema, index, "", "t", seconds, states, kind=kind, path=path)
 
     ours = Profile(passing=["a", "b", "c"])
-    ours.steps = [step("a", 0, 3e-3, 0), step("a", 1, 5e-3, 7, "object key, first byte"),
+    ours.steps = [step("a", 0, 3e-3, 0), step("a", 1, 5e-3, 7, "object key, first byte", "group, looping"),
                   step("b", 0, 2e-3, 70), step("c", 0, 1e-3, 2), step("c", 1, 1e-3, 2)]
     theirs = Profile(passing=["a", "b", "c", "d"])
     # "c" refused by the other engine after one step: only schemas both walk whole pair up
@@ -365,6 +365,10 @@ def test_step_comparison_pairs_the_steps_both_engines_walked(smollm2):
     kinds = [line for line in lines if line.strip().startswith(("object key", "value start"))]
     assert [line.split(":")[0].strip() for line in kinds] == ["object key, first byte", "value start"]
     assert "(5.00x)" in kinds[0] and "(1.00x)" in kinds[1]
+    # by how our new masks were walked: only the step that walked one
+    walked = lines[lines.index("by how the new mask was walked here (mean us a step):") + 1 :]
+    assert walked[0].split(":")[0].strip() == "group, looping" and "1 steps" in walked[0] and "(5.00x)" in walked[0]
+    assert walked[1].startswith("the 2 steps")
     # the largest differences first: +4 ms (a #1), then +2 ms (a #0); b's -2 ms is not listed
     largest = lines[lines.index("the 2 steps that take longest beyond other's:") + 1 :]
     assert [re.search(r"states  (\S+) +#(\d+)", line).groups() for line in largest] == [("a", "1"), ("a", "0")]
