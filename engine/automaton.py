@@ -971,7 +971,7 @@ class _NfaBuilder:
                     "intersected expressions must be regular (no recursion, any! or except!)", rule=self.rule
                 )
             found = ByteAutomaton(sub, text_mode=True)
-        _keep_operand(key, found)
+        _keep_shared(_operand_cache, key, found)
         return found
 
 
@@ -987,10 +987,12 @@ NATIVE_PRODUCT_OPERANDS = 64
 _PRODUCT_KEY_LIMIT = (2**63 - 1) // (MAX_CONFIGS + 1) - 1
 
 
-def _keep_operand(key, automaton) -> None:
-    _operand_cache[key] = automaton
-    while len(_operand_cache) > OPERAND_CACHE_SIZE:
-        _operand_cache.pop(next(iter(_operand_cache)))
+def _keep_shared(cache: dict, key, value) -> None:
+    """Keep ``value`` in a cache shared between grammars, evicting the oldest past
+    ``OPERAND_CACHE_SIZE`` (another thread may have evicted one first)."""
+    cache[key] = value
+    while len(cache) > OPERAND_CACHE_SIZE:
+        cache.pop(next(iter(cache), None), None)
 
 
 class _ComplementAutomaton:
@@ -1276,9 +1278,7 @@ class _SearchTails:
                     found = None
                 if found is not None:
                     found = tuple(tuple(p - begin for p in positions) for positions in found)
-                _search_cache[key] = found
-                while len(_search_cache) > OPERAND_CACHE_SIZE:
-                    _search_cache.pop(next(iter(_search_cache)), None)
+                _keep_shared(_search_cache, key, found)
             if found is None:
                 continue
             tail_starts, dropped = (tuple(begin + p for p in positions) for positions in found)
