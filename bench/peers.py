@@ -374,18 +374,20 @@ class SurecallEngine(Engine):
 
     def clear_caches(self) -> None:
         # Per-schema work is cached per process: compiled automata (with their masks) by
-        # grammar hash, sub-automata of intersections by node, and some translation
-        # pieces (formats, character classes) by value. Per-tokenizer tables
-        # (token groups, kept on disk) stay, like the peers' tokenizer preprocessing.
+        # grammar hash; intersections' operands, searches' tails (a pattern unanchored at
+        # both ends) and some translation pieces (formats, character classes) by value,
+        # shared between grammars. Per-tokenizer tables (token groups, kept on disk)
+        # stay, like the peers' tokenizer preprocessing.
         from surecall import schema, schema_strings
         from surecall.engine import automaton, grammar, token_groups
 
         clear = getattr(grammar, "clear_automaton_cache", None)
         if clear is not None:
             clear()
-        operands = getattr(automaton, "_operand_cache", None)
-        if operands is not None:
-            operands.clear()
+        for name in ("_operand_cache", "_search_cache"):
+            shared = getattr(automaton, name, None)
+            if shared is not None:
+                shared.clear()
         # Groups without the bytes some pattern leaves out are learnt from a schema.
         forget = getattr(token_groups, "forget_groups_without", None)
         if forget is not None:

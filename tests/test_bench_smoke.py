@@ -505,3 +505,16 @@ def test_forward_passes_are_timed_one_by_one_and_a_second_round_meets_no_new_sha
     assert first_constrained["widths"] and min(first_constrained["widths"]) >= 2
     assert first_constrained["passes"] < first_constrained["tokens"]
     assert first_unconstrained["widths"] == []
+
+
+def test_clearing_caches_forgets_what_grammars_share_by_value(smollm2):
+    from surecall.engine import automaton
+
+    engine = ENGINES["surecall"](smollm2)
+    # A pattern unanchored at both ends is a search; "format": "email" is an intersection.
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "abc"},
+                                               "b": {"type": "string", "format": "email"}}}
+    engine.compile(json.dumps(schema)).fill_mask()
+    assert automaton._search_cache and automaton._operand_cache
+    engine.clear_caches()
+    assert not automaton._search_cache and not automaton._operand_cache
