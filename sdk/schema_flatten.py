@@ -332,7 +332,7 @@ class Normalizer:
             (dependent_required if isinstance(value, list) else dependent_schemas)[key] = value
         for key, names in dependent_required.items():
             branches = [Flat(props={key: Sub((Part.of(False, base, pointer),))}, pointer=pointer),
-                        Flat(required=[key, *names], pointer=pointer)]
+                        Flat(required=list(dict.fromkeys([key, *names])), pointer=pointer)]
             alternatives = self._product(alternatives, branches, pointer, depth)
         for key, dependent in dependent_schemas.items():
             present = self.flatten(dependent, base, _child(pointer, "dependentSchemas", key), depth)

@@ -67,6 +67,8 @@ schemas = st.recursive(
 # Negated keywords narrow types the validator's schemas do not spell: enum values must meet them.
 @example(schema={"oneOf": [{"items": {"type": "integer"}}, {"items": {"enum": [1]}}]})
 @example(schema={"items": {"enum": [1, 2.5, "a"]}, "not": {"items": {"type": "integer"}}})
+# A key that requires itself is one required member, not two past maxProperties.
+@example(schema={"maxProperties": 1, "dependentRequired": {"a": ["a"]}})
 def test_random_combinator_schemas_decide_values_as_jsonschema_does(schema):
     try:
         grammar = grammar_from_schema(schema, property_order="any")
