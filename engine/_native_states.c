@@ -118,6 +118,42 @@ static int tuple_cache_put(TupleCache *cache, const intptr_t key[4], PyObject *v
     return 0;
 }
 
+/* The split of the bytes by a set of byte sets (those a plain configuration's positions
+ * move by), shared by the configurations with that set: each byte's part (PLAIN_NO_PART in
+ * no set), and each part's sets (bit j: mask_ids[j]) and bytes. */
+typedef struct {
+    int32_t refs;        /* the split cache's and each configuration's splitting by it */
+    int32_t num_masks;
+    uint64_t hash;
+    int32_t *mask_ids;   /* sorted, distinct */
+    int32_t num_parts;
+    uint64_t *part_masks;
+    uint64_t (*part_bytes)[4];
+    uint8_t part_of_byte[256];
+} PlainSplit;
+
+/* A plain configuration (see ``plain_fill``): one origin and a set of positions. */
+typedef struct {
+    PyObject *origin;        /* owned: None, or an origin pair naming no SELF */
+    int32_t count;
+    int32_t *positions;      /* sorted, distinct: byte positions without watches, and accepting ones */
+    /* While its row is being written: the split of its byte sets, and for each of them
+     * the positions moving by it (bit i: positions[i]). */
+    PlainSplit *split;
+    uint64_t *mask_movers;
+    int32_t parts_left;
+    int8_t row_state;  /* PLAIN_ROW_UNSPLIT, PLAIN_ROW_SPLIT, PLAIN_ROW_WRITTEN */
+} PlainConfig;
+
+/* A slot of the index of plain configurations: the origin (owned) and positions of
+ * ``plain[config]``, found by hash. An origin equal to another but not the same object
+ * takes a slot of its own. */
+typedef struct {
+    uint64_t hash;
+    int32_t config;   /* -1: an empty slot */
+    PyObject *origin;
+} PlainSlot;
+
 typedef struct {
     Py_ssize_t size;
     int8_t *kind;
@@ -173,7 +209,17 @@ typedef struct {
      * none); per search how many starts it has, and its group. */
     int32_t *tail_start, *tail_drops, *tail_counts, *tail_groups;
     Py_ssize_t num_searches;
+    /* Per configuration, its plain form (``plain_config_of``): NULL not looked at yet,
+     * NOT_PLAIN when it has none; and the index of the plain forms. */
+    PlainConfig **plain;
+    Py_ssize_t plain_capacity;
+    PlainSlot *plain_slots;
+    Py_ssize_t plain_slot_capacity, plain_slot_used;
+    PlainSplit **splits;  /* the splits by set of byte sets, by hash */
+    Py_ssize_t split_capacity, split_used;
 } NfaTables;
+
+static void plain_free(NfaTables *t);
 
 static void tables_free(NfaTables *t) {
     if (t == NULL) {
@@ -221,6 +267,7 @@ static void tables_free(NfaTables *t) {
     free(t->mask_id);
     free(t->mask_bits);
     free(t->tail_start); free(t->tail_drops); free(t->tail_counts); free(t->tail_groups);
+    plain_free(t);
     free(t);
 }
 
@@ -2240,6 +2287,20 @@ static Py_buffer *table_view(NfaTables *t) {
     return &t->table_buffer;
 }
 
+/* The row of ``config`` in the current table (``*row``): 1, 0 when the table has no row for
+ * it yet, -1 with an exception set. */
+static int row_of(NfaTables *t, long config, int32_t **row) {
+    Py_buffer *table = table_view(t);
+    if (table == NULL) {
+        return -1;
+    }
+    if (config >= table->shape[0]) {
+        return 0;
+    }
+    *row = (int32_t *)table->buf + (Py_ssize_t)config * 256;
+    return 1;
+}
+
 /* ``partition`` of a tuple of byte sets: a new reference, None past 64 sets, NULL on error. */
 static PyObject *split_bytes(PyObject *masks);
 
@@ -2437,9 +2498,638 @@ static PyObject *fill_part(NfaTables *t, RowWork *work, Py_ssize_t part) {
     return found;
 }
 
+
+/* ------------------------------------------------------------------ plain configurations */
+
+/* Most configurations a mask walk builds hold only byte positions (without watches or
+ * except! positions) and accepting ones, with no token states, all sharing one origin (the
+ * call they sit in, or none): a key's prefix, a string's characters, a number's digits.
+ * Their items are the origin and a set of positions. Moving them by a byte reads no Python
+ * object: the positions whose byte sets hold it move on, and close through epsilon moves
+ * alone, most often to byte and accepting positions again. Such configurations are kept
+ * here as (origin, sorted positions) and their successors found in that form; only a new
+ * one is made into Python items and interned, as any other. A closure meeting anything
+ * else (a call, a return, a watch, a counter), or a grammar with searches' tails, goes the
+ * general way, which computes the same successor. */
+
+#define NOT_PLAIN ((PlainConfig *)1)
+#define PLAIN_NO_PART 255
+/* Positions a plain configuration holds at most (one bit each in a part's movers). */
+#define PLAIN_MAX_POSITIONS 64
+/* Most parts a plain row is split into (one byte each; PLAIN_NO_PART marks none). */
+#define PLAIN_MAX_PARTS 255
+
+enum { PLAIN_ERROR = -1, PLAIN_DONE, PLAIN_GENERAL };
+enum { PLAIN_ROW_UNSPLIT, PLAIN_ROW_SPLIT, PLAIN_ROW_WRITTEN };
+
+static void split_release(PlainSplit *split) {
+    if (split != NULL && --split->refs == 0) {
+        free(split->mask_ids);
+        free(split->part_masks);
+        free(split->part_bytes);
+        free(split);
+    }
+}
+
+static void plain_drop_split(PlainConfig *plain) {
+    split_release(plain->split);
+    free(plain->mask_movers);
+    plain->split = NULL;
+    plain->mask_movers = NULL;
+}
+
+static void splits_clear(NfaTables *t) {
+    for (Py_ssize_t i = 0; i < t->split_capacity; i++) {
+        split_release(t->splits[i]);
+        t->splits[i] = NULL;
+    }
+    t->split_used = 0;
+}
+
+static void plain_free(NfaTables *t) {
+    for (Py_ssize_t c = 0; c < t->plain_capacity; c++) {
+        PlainConfig *plain = t->plain[c];
+        if (plain != NULL && plain != NOT_PLAIN) {
+            Py_XDECREF(plain->origin);
+            free(plain->positions);
+            plain_drop_split(plain);
+            free(plain);
+        }
+    }
+    free(t->plain);
+    for (Py_ssize_t i = 0; i < t->plain_slot_capacity; i++) {
+        Py_XDECREF(t->plain_slots[i].origin);
+    }
+    free(t->plain_slots);
+    splits_clear(t);
+    free(t->splits);
+}
+
+static uint64_t plain_hash(PyObject *origin, const int32_t *positions, int32_t count) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)origin;
+    for (int32_t i = 0; i < count; i++) {
+        h = (h ^ (uint32_t)positions[i]) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    return h;
+}
+
+/* The slot of (origin, positions), or the empty slot where it would go; NULL with no slots. */
+static PlainSlot *plain_slot(NfaTables *t, uint64_t hash, PyObject *origin, const int32_t *positions, int32_t count) {
+    if (t->plain_slot_capacity == 0) {
+        return NULL;
+    }
+    const size_t mask = (size_t)t->plain_slot_capacity - 1;
+    for (size_t j = (size_t)hash & mask;; j = (j + 1) & mask) {
+        PlainSlot *slot = &t->plain_slots[j];
+        if (slot->config < 0) {
+            return slot;
+        }
+        if (slot->hash == hash && slot->origin == origin) {
+            const PlainConfig *plain = t->plain[slot->config];
+            if (plain->count == count && memcmp(plain->positions, positions, (size_t)count * sizeof(int32_t)) == 0) {
+                return slot;
+            }
+        }
+    }
+}
+
+/* Record that ``config`` (with its plain form made) is (origin, its positions); -1 on failure. */
+static int plain_index_add(NfaTables *t, long config, PyObject *origin) {
+    const PlainConfig *plain = t->plain[config];
+    if ((t->plain_slot_used + 1) * 2 > t->plain_slot_capacity) {
+        const Py_ssize_t capacity = t->plain_slot_capacity ? t->plain_slot_capacity * 2 : 1024;
+        PlainSlot *slots = (PlainSlot *)malloc((size_t)capacity * sizeof(PlainSlot));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < capacity; i++) {
+            slots[i].config = -1;
+            slots[i].origin = NULL;
+        }
+        for (Py_ssize_t i = 0; i < t->plain_slot_capacity; i++) {
+            const PlainSlot *old = &t->plain_slots[i];
+            if (old->config >= 0) {
+                size_t j = (size_t)old->hash & (size_t)(capacity - 1);
+                while (slots[j].config >= 0) {
+                    j = (j + 1) & (size_t)(capacity - 1);
+                }
+                slots[j] = *old;
+            }
+        }
+        free(t->plain_slots);
+        t->plain_slots = slots;
+        t->plain_slot_capacity = capacity;
+    }
+    const uint64_t hash = plain_hash(origin, plain->positions, plain->count);
+    PlainSlot *slot = plain_slot(t, hash, origin, plain->positions, plain->count);
+    if (slot->config < 0) {
+        slot->hash = hash;
+        slot->config = (int32_t)config;
+        slot->origin = Py_NewRef(origin);
+        t->plain_slot_used++;
+    }
+    return 0;
+}
+
+/* Make room in ``t->plain`` for configuration ``config``; -1 on failure. */
+static int plain_reserve(NfaTables *t, long config) {
+    if (config < t->plain_capacity) {
+        return 0;
+    }
+    Py_ssize_t capacity = t->plain_capacity ? t->plain_capacity : 1024;
+    while (capacity <= config) {
+        capacity *= 2;
+    }
+    PlainConfig **grown = (PlainConfig **)realloc(t->plain, (size_t)capacity * sizeof(PlainConfig *));
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(grown + t->plain_capacity, 0, (size_t)(capacity - t->plain_capacity) * sizeof(PlainConfig *));
+    t->plain = grown;
+    t->plain_capacity = capacity;
+    return 0;
+}
+
+/* Give ``config`` the plain form (origin, ``positions``: sorted, distinct, ``count`` of them)
+ * and index it; -1 on failure. */
+static int plain_register(NfaTables *t, long config, PyObject *origin, const int32_t *positions, int32_t count) {
+    if (plain_reserve(t, config) < 0) {
+        return -1;
+    }
+    if (t->plain[config] != NULL) {
+        /* Known already (by another origin object equal to this one): index this one too. */
+        return t->plain[config] == NOT_PLAIN ? 0 : plain_index_add(t, config, origin);
+    }
+    PlainConfig *plain = (PlainConfig *)calloc(1, sizeof(PlainConfig));
+    int32_t *copy = (int32_t *)malloc((size_t)(count ? count : 1) * sizeof(int32_t));
+    if (plain == NULL || copy == NULL) {
+        free(plain);
+        free(copy);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(copy, positions, (size_t)count * sizeof(int32_t));
+    plain->origin = Py_NewRef(origin);
+    plain->positions = copy;
+    plain->count = count;
+    t->plain[config] = plain;
+    return plain_index_add(t, config, origin);
+}
+
+/* Whether position ``p`` may stand in a plain configuration. */
+static int plain_position(const NfaTables *t, int32_t p) {
+    return t->kind[p] == K_ACCEPT || (t->kind[p] == K_BYTE && t->arg[p] < 0);
+}
+
+static int int32_order(const void *left, const void *right) {
+    const int32_t a = *(const int32_t *)left, b = *(const int32_t *)right;
+    return (a > b) - (a < b);
+}
+
+/* Sort ``values`` and drop repeats: how many are left. */
+static int32_t sorted_distinct(int32_t *values, int32_t count) {
+    if (count > 1) {
+        qsort(values, (size_t)count, sizeof(int32_t), int32_order);
+    }
+    int32_t kept = 0;
+    for (int32_t i = 0; i < count; i++) {
+        if (kept == 0 || values[kept - 1] != values[i]) {
+            values[kept++] = values[i];
+        }
+    }
+    return kept;
+}
+
+/* The plain form of ``config`` (NOT_PLAIN when it has none, read off its items the first
+ * time), or NULL with an exception set. */
+static PlainConfig *plain_config_of(NfaTables *t, long config) {
+    if (plain_reserve(t, config) < 0) {
+        return NULL;
+    }
+    if (t->plain[config] != NULL) {
+        return t->plain[config];
+    }
+    PyObject *items = PyList_GET_ITEM(t->configs, config);
+    int32_t positions[PLAIN_MAX_POSITIONS];
+    int32_t count = 0;
+    PyObject *origin = NULL;
+    int plain = !t->num_searches && PyAnySet_Check(items) && PySet_GET_SIZE(items) <= PLAIN_MAX_POSITIONS;
+    PyObject *iterator = plain ? PyObject_GetIter(items) : NULL, *item;
+    if (plain && iterator == NULL) {
+        return NULL;
+    }
+    while (plain && (item = PyIter_Next(iterator)) != NULL) {
+        int32_t p;
+        PyObject *o, *w, *state;
+        if (unpack_item(t, item, &p, &o, &w, &state) < 0) {
+            Py_DECREF(item);
+            Py_DECREF(iterator);
+            return NULL;
+        }
+        Py_DECREF(item);  /* the fields stay alive through the configuration's items */
+        plain = w == Py_None && state == Py_None && plain_position(t, p);
+        if (plain && origin == NULL) {
+            origin = o;
+            if (o != Py_None) {
+                PyObject *call_watch;
+                long origin_config;
+                const int self_call = is_self_origin(o, &call_watch, &origin_config);
+                if (self_call < 0) {
+                    Py_DECREF(iterator);
+                    return NULL;
+                }
+                plain = !self_call;
+            }
+        } else if (plain && o != origin) {
+            const int same = PyObject_RichCompareBool(o, origin, Py_EQ);
+            if (same < 0) {
+                Py_DECREF(iterator);
+                return NULL;
+            }
+            plain = same;
+        }
+        if (plain) {
+            positions[count++] = p;
+        }
+    }
+    Py_XDECREF(iterator);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!plain || origin == NULL) {
+        t->plain[config] = NOT_PLAIN;
+        return NOT_PLAIN;
+    }
+    count = sorted_distinct(positions, count);
+    return plain_register(t, config, origin, positions, count) < 0 ? NULL : t->plain[config];
+}
+
+/* Past this many splits kept, the cache starts over (only sharing is lost). */
+#define SPLITS_KEPT 4096
+
+/* The split by the byte sets ``mask_ids`` (sorted, distinct, ``count`` <= 64) from the
+ * cache, made if new (a reference the caller owns); NULL with an exception set, or NULL
+ * without one past PLAIN_MAX_PARTS parts. */
+static PlainSplit *split_of(NfaTables *t, const int32_t *mask_ids, int32_t count) {
+    uint64_t hash = 0x9E3779B97F4A7C15ull;
+    for (int32_t j = 0; j < count; j++) {
+        hash = (hash ^ (uint32_t)mask_ids[j]) * 0xBF58476D1CE4E5B9ull;
+        hash ^= hash >> 31;
+    }
+    if (t->split_capacity) {
+        const size_t mask = (size_t)t->split_capacity - 1;
+        for (size_t i = (size_t)hash & mask; t->splits[i] != NULL; i = (i + 1) & mask) {
+            PlainSplit *found = t->splits[i];
+            if (found->hash == hash && found->num_masks == count &&
+                memcmp(found->mask_ids, mask_ids, (size_t)count * sizeof(int32_t)) == 0) {
+                found->refs++;
+                return found;
+            }
+        }
+    }
+    /* Each byte's membership among the sets, then the distinct memberships. */
+    uint64_t membership[256] = {0};
+    for (int32_t j = 0; j < count; j++) {
+        const uint8_t *bytes = t->mask_bits[mask_ids[j]];
+        for (int b = 0; b < 256; b++) {
+            if (bytes[b >> 3] >> (b & 7) & 1) {
+                membership[b] |= (uint64_t)1 << j;
+            }
+        }
+    }
+    PlainSplit *split = (PlainSplit *)calloc(1, sizeof(PlainSplit));
+    uint64_t part_masks[PLAIN_MAX_PARTS];
+    if (split == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    int32_t parts = 0;
+    for (int b = 0; b < 256; b++) {
+        if (membership[b] == 0) {
+            split->part_of_byte[b] = PLAIN_NO_PART;
+            continue;
+        }
+        int32_t part = 0;
+        while (part < parts && part_masks[part] != membership[b]) {
+            part++;
+        }
+        if (part == parts) {
+            if (parts == PLAIN_MAX_PARTS) {
+                free(split);
+                return NULL;
+            }
+            part_masks[parts++] = membership[b];
+        }
+        split->part_of_byte[b] = (uint8_t)part;
+    }
+    split->mask_ids = (int32_t *)malloc((size_t)(count ? count : 1) * sizeof(int32_t));
+    split->part_masks = (uint64_t *)malloc((size_t)(parts ? parts : 1) * sizeof(uint64_t));
+    split->part_bytes = (uint64_t (*)[4])calloc((size_t)(parts ? parts : 1), sizeof(uint64_t[4]));
+    if (split->mask_ids == NULL || split->part_masks == NULL || split->part_bytes == NULL) {
+        split->refs = 1;
+        split_release(split);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(split->mask_ids, mask_ids, (size_t)count * sizeof(int32_t));
+    memcpy(split->part_masks, part_masks, (size_t)parts * sizeof(uint64_t));
+    for (int b = 0; b < 256; b++) {
+        if (split->part_of_byte[b] != PLAIN_NO_PART) {
+            split->part_bytes[split->part_of_byte[b]][b >> 6] |= (uint64_t)1 << (b & 63);
+        }
+    }
+    split->num_masks = count;
+    split->num_parts = parts;
+    split->hash = hash;
+    split->refs = 1;  /* the caller's */
+    /* Kept: the cache's reference. */
+    if (t->split_used >= SPLITS_KEPT) {
+        splits_clear(t);
+    }
+    if ((t->split_used + 1) * 2 > t->split_capacity) {
+        const Py_ssize_t capacity = t->split_capacity ? t->split_capacity * 2 : 256;
+        PlainSplit **grown = (PlainSplit **)calloc((size_t)capacity, sizeof(PlainSplit *));
+        if (grown == NULL) {
+            return split;  /* not kept: only sharing is lost */
+        }
+        for (Py_ssize_t i = 0; i < t->split_capacity; i++) {
+            PlainSplit *kept = t->splits[i];
+            if (kept != NULL) {
+                size_t j = (size_t)kept->hash & (size_t)(capacity - 1);
+                while (grown[j] != NULL) {
+                    j = (j + 1) & (size_t)(capacity - 1);
+                }
+                grown[j] = kept;
+            }
+        }
+        free(t->splits);
+        t->splits = grown;
+        t->split_capacity = capacity;
+    }
+    size_t j = (size_t)hash & (size_t)(t->split_capacity - 1);
+    while (t->splits[j] != NULL) {
+        j = (j + 1) & (size_t)(t->split_capacity - 1);
+    }
+    t->splits[j] = split;
+    split->refs++;
+    t->split_used++;
+    return split;
+}
+
+/* Split the row of ``plain`` (``split_of`` its byte sets) and note which positions move by
+ * each set; -1 on failure. More parts than a byte numbers leave it unsplit (the general
+ * way's row). */
+static int plain_split(NfaTables *t, PlainConfig *plain) {
+    int32_t mask_ids[PLAIN_MAX_POSITIONS], position_mask[PLAIN_MAX_POSITIONS];
+    int32_t count = 0;
+    for (int32_t i = 0; i < plain->count; i++) {
+        const int32_t p = plain->positions[i];
+        position_mask[i] = -1;
+        if (t->scans[p]) {
+            if ((position_mask[i] = mask_index(t, p)) < 0) {
+                return -1;
+            }
+            mask_ids[count++] = position_mask[i];
+        }
+    }
+    count = sorted_distinct(mask_ids, count);
+    PlainSplit *split = split_of(t, mask_ids, count);
+    if (split == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    uint64_t *mask_movers = (uint64_t *)calloc((size_t)(count ? count : 1), sizeof(uint64_t));
+    if (mask_movers == NULL) {
+        split_release(split);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t i = 0; i < plain->count; i++) {
+        if (position_mask[i] >= 0) {
+            int32_t low = 0, high = count - 1;
+            while (low < high) {
+                const int32_t middle = (low + high) / 2;
+                if (mask_ids[middle] < position_mask[i]) {
+                    low = middle + 1;
+                } else {
+                    high = middle;
+                }
+            }
+            mask_movers[low] |= (uint64_t)1 << i;
+        }
+    }
+    plain->split = split;
+    plain->mask_movers = mask_movers;
+    plain->parts_left = split->num_parts;
+    plain->row_state = PLAIN_ROW_SPLIT;
+    return 0;
+}
+
+/* The positions of ``plain`` that move by the bytes of ``part`` of its split. */
+static uint64_t plain_movers(const PlainConfig *plain, int32_t part) {
+    uint64_t movers = 0;
+    for (uint64_t masks = plain->split->part_masks[part]; masks; masks &= masks - 1) {
+        movers |= plain->mask_movers[__builtin_ctzll(masks)];
+    }
+    return movers;
+}
+
+/* The successor of ``plain`` by the positions ``movers`` (a part's): its number, -1 when
+ * dead, PLAIN_GENERAL_SUCCESSOR when the closure meets what a plain configuration cannot
+ * hold (or exceeds max_items), or -2 with an exception set (a code past a limit is the
+ * general way's to raise). */
+#define PLAIN_GENERAL_SUCCESSOR (-3)
+
+static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t movers) {
+    int32_t kernel[PLAIN_MAX_POSITIONS];
+    int32_t kernel_count = 0;
+    for (int32_t i = 0; i < plain->count; i++) {
+        if (movers >> i & 1) {
+            kernel[kernel_count++] = t->out[plain->positions[i]];
+        }
+    }
+    kernel_count = sorted_distinct(kernel, kernel_count);
+    /* The closure: what epsilon moves reach from each kernel position, all plain. */
+    int32_t stack_room = 256, count = 0;
+    int32_t *closed = (int32_t *)malloc((size_t)stack_room * sizeof(int32_t));
+    if (closed == NULL) {
+        PyErr_NoMemory();
+        return -2;
+    }
+    long result = PLAIN_GENERAL_SUCCESSOR;
+    for (int32_t i = 0; i < kernel_count; i++) {
+        const int32_t *reached;
+        int32_t reached_count;
+        if (local_closure(t, kernel[i], &reached, &reached_count) < 0) {
+            result = -2;
+            goto done;
+        }
+        if (count + reached_count > stack_room) {
+            while (count + reached_count > stack_room) {
+                stack_room *= 2;
+            }
+            int32_t *grown = (int32_t *)realloc(closed, (size_t)stack_room * sizeof(int32_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                result = -2;
+                goto done;
+            }
+            closed = grown;
+        }
+        for (int32_t j = 0; j < reached_count; j++) {
+            if (!plain_position(t, reached[j])) {
+                goto done;  /* PLAIN_GENERAL_SUCCESSOR */
+            }
+            closed[count++] = reached[j];
+        }
+    }
+    count = sorted_distinct(closed, count);
+    if (count == 0) {
+        result = -1;
+        goto done;
+    }
+    if (count > PLAIN_MAX_POSITIONS || count > t->max_items) {
+        goto done;  /* PLAIN_GENERAL_SUCCESSOR */
+    }
+    PyObject *origin = plain->origin;
+    const uint64_t hash = plain_hash(origin, closed, count);
+    PlainSlot *slot = plain_slot(t, hash, origin, closed, count);
+    if (slot != NULL && slot->config >= 0) {
+        result = slot->config;
+        goto done;
+    }
+    /* New in this form: its Python items, interned as the general way does. */
+    PyObject *items = PyFrozenSet_New(NULL);
+    int any_tracked = 0;
+    if (items == NULL) {
+        result = -2;
+        goto done;
+    }
+    for (int32_t i = 0; i < count; i++) {
+        PyObject *item = item_of(t, closed[i], origin, Py_None, Py_None);
+        if (item == NULL || add_item(items, item, &any_tracked) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(items);
+            result = -2;
+            goto done;
+        }
+        Py_DECREF(item);
+    }
+    if (!any_tracked) {
+        PyObject_GC_UnTrack(items);  /* as ``plain_frozenset`` */
+    }
+    const long config = intern_items(t, items);
+    Py_DECREF(items);
+    if (config == -1 && PyErr_Occurred()) {
+        result = -2;
+    } else if (config < 0) {
+        result = PLAIN_GENERAL_SUCCESSOR;  /* past max_configs: the general way raises */
+    } else {
+        result = plain_register(t, config, origin, closed, count) < 0 ? -2 : config;
+    }
+
+done:
+    free(closed);
+    return result;
+}
+
+/* Fill the unknown entries of ``config``'s row for byte ``only`` (when not negative), else
+ * for the bytes below ``end`` flagged in ``wanted`` (every one with NULL), with their
+ * parts, when the configuration is plain: PLAIN_DONE, PLAIN_GENERAL when the general way
+ * must fill (some of) them (what is written stays: the same successors), or PLAIN_ERROR.
+ * With ``need_room``, no part is filled while the table has no spare row for a new
+ * configuration (the general way returns for Python to grow it). */
+static int plain_fill(NfaTables *t, long config, int only, int end, const uint8_t *wanted, int need_room) {
+    if (t->num_searches || config < 0 || config >= PyList_GET_SIZE(t->configs)) {
+        return PLAIN_GENERAL;
+    }
+    PlainConfig *plain = plain_config_of(t, config);
+    if (plain == NULL) {
+        return PLAIN_ERROR;
+    }
+    if (plain == NOT_PLAIN) {
+        return PLAIN_GENERAL;
+    }
+    int32_t *row;
+    const int has_row = row_of(t, config, &row);
+    if (has_row <= 0) {
+        return has_row < 0 ? PLAIN_ERROR : PLAIN_GENERAL;
+    }
+    const Py_buffer *table = &t->table_buffer;
+    if (only >= 0 && row[only] != UNKNOWN) {
+        return PLAIN_DONE;
+    }
+    if (plain->row_state == PLAIN_ROW_WRITTEN) {
+        return PLAIN_DONE;
+    }
+    if (plain->row_state == PLAIN_ROW_UNSPLIT) {
+        if (plain_split(t, plain) < 0) {
+            return PLAIN_ERROR;
+        }
+        if (plain->row_state == PLAIN_ROW_UNSPLIT) {
+            return PLAIN_GENERAL;
+        }
+        for (int b = 0; b < 256; b++) {
+            if (plain->split->part_of_byte[b] == PLAIN_NO_PART && row[b] == UNKNOWN) {
+                row[b] = DEAD;
+            }
+        }
+        if (plain->parts_left == 0) {
+            plain->row_state = PLAIN_ROW_WRITTEN;
+            plain_drop_split(plain);
+            return PLAIN_DONE;
+        }
+    }
+    const int first = only >= 0 ? only : 0, last = only >= 0 ? only + 1 : end;
+    for (int b = first; b < last; b++) {
+        if (row[b] != UNKNOWN || (only < 0 && wanted != NULL && !wanted[b])) {
+            continue;
+        }
+        if (need_room && PyList_GET_SIZE(t->configs) >= table->shape[0]) {
+            return PLAIN_GENERAL;
+        }
+        const uint8_t part = plain->split->part_of_byte[b];
+        const long successor = plain_successor(t, plain, plain_movers(plain, part));
+        if (successor == -2) {
+            return PLAIN_ERROR;
+        }
+        if (successor == PLAIN_GENERAL_SUCCESSOR) {
+            return PLAIN_GENERAL;
+        }
+        for (int w = 0; w < 4; w++) {
+            for (uint64_t bits = plain->split->part_bytes[part][w]; bits; bits &= bits - 1) {
+                row[w * 64 + __builtin_ctzll(bits)] = (int32_t)successor;
+            }
+        }
+        if (--plain->parts_left == 0) {
+            plain->row_state = PLAIN_ROW_WRITTEN;
+            plain_drop_split(plain);
+            break;
+        }
+    }
+    return PLAIN_DONE;
+}
+
+/* ``plain_fill`` of one byte's entry: PLAIN_DONE with the entry in ``result``, PLAIN_ERROR
+ * with ``result`` NULL, or PLAIN_GENERAL. */
+static int plain_entry(NfaTables *t, long config, int byte, PyObject **result) {
+    const int status = plain_fill(t, config, byte, 0, NULL, 0);
+    if (status == PLAIN_DONE) {
+        *result = PyLong_FromLong(((const int32_t *)t->table_buffer.buf)[(Py_ssize_t)config * 256 + byte]);
+        return *result == NULL ? PLAIN_ERROR : PLAIN_DONE;
+    }
+    return status;
+}
+
 /* ``entry`` on bound tables (``byte`` in 0..255), with the automaton's lock held. */
 static PyObject *entry_locked(NfaTables *t, long config, int byte, const uint8_t *wanted) {
     (void)wanted;
+    PyObject *plain_result = NULL;
+    if (plain_entry(t, config, byte, &plain_result) != PLAIN_GENERAL) {
+        return plain_result;
+    }
     RowWork work;
     PyObject *result = NULL;
     switch (open_row(t, config, byte, "entry", &work)) {
@@ -2477,14 +3167,11 @@ static int byte_entry_locked(NfaTables *t, long config, int byte, PyObject **res
     if (config < 0 || config >= PyList_GET_SIZE(t->configs) || byte < 0 || byte > 255) {
         return BYTE_ENTRY_BY_PART;  /* which raises */
     }
-    Py_buffer *table = table_view(t);
-    if (table == NULL) {
-        return BYTE_ENTRY_ERROR;
+    int32_t *row;
+    const int has_row = row_of(t, config, &row);
+    if (has_row <= 0) {
+        return has_row < 0 ? BYTE_ENTRY_ERROR : BYTE_ENTRY_BY_PART;
     }
-    if (config >= table->shape[0]) {
-        return BYTE_ENTRY_BY_PART;
-    }
-    int32_t *row = (int32_t *)table->buf + (Py_ssize_t)config * 256;
     int known = 0;
     for (int b = 0; b < 256; b++) {
         known += row[b] != UNKNOWN;
@@ -2544,6 +3231,10 @@ static int byte_entry_locked(NfaTables *t, long config, int byte, PyObject **res
 /* ``entry_locked`` by the byte alone while few of the row's entries are known (see
  * ``byte_entry_locked``). */
 static PyObject *few_entries_locked(NfaTables *t, long config, int byte, const uint8_t *wanted) {
+    PyObject *plain_result = NULL;
+    if (plain_entry(t, config, byte, &plain_result) != PLAIN_GENERAL) {
+        return plain_result;
+    }
     PyObject *result = NULL;
     switch (byte_entry_locked(t, config, byte, &result)) {
     case BYTE_ENTRY_MADE:
@@ -2561,6 +3252,18 @@ static PyObject *few_entries_locked(NfaTables *t, long config, int byte, const u
  * row (no plain scan, a partition not made, a closure meeting an intersection, no spare
  * table row for a new configuration, or a limit exceeded, which Python raises). */
 static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8_t *wanted) {
+    const int plain = plain_fill(t, config, -1, end, wanted, 1);
+    if (plain == PLAIN_ERROR) {
+        return NULL;
+    }
+    if (plain == PLAIN_DONE) {
+        const int32_t *row = (const int32_t *)t->table_buffer.buf + (Py_ssize_t)config * 256;
+        int live = 0;
+        for (int b = 0; b < end; b++) {
+            live += row[b] >= 0;
+        }
+        return PyLong_FromLong(live);
+    }
     RowWork work;
     const int status = open_row(t, config, -1, "fill_row", &work);
     PyObject *result = status == ROW_READY ? Py_True : status == ROW_PYTHON ? Py_None : NULL;
