@@ -386,6 +386,8 @@ class MatcherBase:
         self._finished = [False]
         self._generated = [0]
         self._budget_memo: tuple | None = None
+        # (the buffer ``fill_bitmask`` last checked, its shape and dtype, its words)
+        self._checked_buffer: tuple | None = None
         if max_tokens is not None and not self._fits(self._states[0], max_tokens):
             needed = self._cost(self._states[0])
             if needed >= UNREACHABLE:
@@ -469,6 +471,26 @@ class MatcherBase:
         the last dimension; ``row`` picks a row of a 2-D buffer. Extra words are cleared.
         """
         target = buffer if row is None else buffer[row]
+        checked = self._checked_buffer
+        if checked is not None and checked[0] is target and checked[1] == target.shape and checked[2] == target.dtype:
+            out = checked[3]
+        else:
+            out = self._words_view(target)
+            # A decode loop fills one buffer at every step: checked once.
+            self._checked_buffer = (target, target.shape, target.dtype, out)
+        if self.is_finished():
+            out[:] = 0
+            return
+        _, words = self._current_mask(ids_needed=False)
+        out[: len(words)] = words
+        if len(out) > len(words):
+            out[len(words) :] = 0
+        if self._accepting(self._state):
+            for token_id in self.vocab.eos_array.tolist():
+                out[token_id >> 5] = int(out[token_id >> 5]) | 1 << (token_id & 31)
+
+    def _words_view(self, target) -> np.ndarray:
+        """``target`` as the uint32 words ``fill_bitmask`` writes, checked to hold them."""
         if (
             not isinstance(target, np.ndarray)
             or target.ndim != 1
@@ -483,17 +505,7 @@ class MatcherBase:
         needed = words_for(self.vocab.size)
         if target.shape[0] < needed:
             raise ValueError(f"bitmask buffer has {target.shape[0]} words, the vocabulary needs {needed}")
-        out = target.view(np.uint32)
-        if self.is_finished():
-            out[:] = 0
-            return
-        _, words = self._current_mask(ids_needed=False)
-        out[: len(words)] = words
-        if len(out) > len(words):
-            out[len(words) :] = 0
-        if self._accepting(self._state):
-            for token_id in self.vocab.eos_array.tolist():
-                out[token_id >> 5] = int(out[token_id >> 5]) | 1 << (token_id & 31)
+        return target.view(np.uint32)
 
     def is_allowed(self, token_id: int) -> bool:
         if self.is_finished():
@@ -722,6 +734,8 @@ class Matcher(MatcherBase):
         self._hooks = bool(getattr(automaton, "has_token_hooks", False))
         self._tables = _shared_tables(automaton, vocab)
         self._text_check = getattr(grammar, "text_check", None)
+        lean = max_tokens is None and not self._hooks and self._text_check is None
+        self._lean_step = getattr(automaton, "step_bytes", None) if lean else None
         self._check_memo: tuple | None = None
         self._check_mask_memo: list | None = None
         self._partials_bounded: bool | None = None
@@ -799,6 +813,24 @@ class Matcher(MatcherBase):
         kept = words.copy()
         np.bitwise_and.at(kept, rejected_ids >> 5, ~np.left_shift(np.uint32(1), rejected_ids & 31))
         return kept
+
+    def advance(self, token_id: int) -> Status:
+        step_bytes = self._lean_step
+        if step_bytes is None:
+            return super().advance(token_id)
+        # No budget, token hooks or text check: the state after a text token is its bytes'
+        # (``MatcherBase.advance`` through ``_accepts_token``, without the layers).
+        token_id = _as_token_id(token_id)
+        vocab = self.vocab
+        if self._finished[-1] or token_id in vocab.eos_token_ids or not vocab.is_text_token(token_id):
+            return super().advance(token_id)
+        data = vocab.token_bytes(token_id)
+        end = step_bytes(self._states[-1], data)
+        if end == DEAD:
+            return Status.REJECTED
+        done = not self.automaton.can_continue(end)
+        self._push(end, token_id, data, finished=done, counts=True)
+        return Status.FINISHED if done else Status.ACCEPTED
 
     def _accepts_token(self, token_id: int):
         new_state = super()._accepts_token(token_id)

@@ -196,7 +196,7 @@ def test_large_tokenizers_load_with_their_published_sizes(name):
 
 def test_step_profile_takes_apart_the_steps_of_the_benchmark_walk(smollm2):
     from bench.mask_bench import make_jobs, walk
-    from bench.step_profile import PHASES, _resolve, profile_steps, report
+    from bench.step_profile import PHASES, _resolve, profile_steps, report, timed_phases
     from surecall.engine.matcher import Matcher, MatcherBase
 
     cases = builtin_cases(SCHEMAS)
@@ -237,7 +237,9 @@ def test_step_profile_takes_apart_the_steps_of_the_benchmark_walk(smollm2):
         if label in originals:
             owner, name = _resolve(module, path)
             assert vars(owner).get(name) is originals[label], label
-    assert "advance" not in vars(Matcher) and Matcher.advance is MatcherBase.advance
+    with timed_phases((("surecall.engine.matcher", "Matcher.fill_bitmask", "masks into a buffer"),)):
+        assert "fill_bitmask" in vars(Matcher)
+    assert "fill_bitmask" not in vars(Matcher) and Matcher.fill_bitmask is MatcherBase.fill_bitmask
 
     lines = []
     report(profile, top=3, out=lines.append)

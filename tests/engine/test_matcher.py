@@ -1336,3 +1336,23 @@ def test_masks_with_deferred_ends_find_what_stepping_finds(pieces, pattern, pref
     vocab = _vocabulary_of(pairs + [bytes([b]) for b in range(256)] + partial + pieces)
     _assert_walk_finds_what_stepping_finds(vocab, pattern, prefix)
 
+
+
+@pytest.mark.parametrize("max_tokens", [None, 10])
+def test_an_end_of_sequence_token_that_spells_text_ends_the_sequence(max_tokens):
+    # Without a budget, advancing steps a text token's bytes directly; an end-of-sequence
+    # id ends the sequence (where the text may end) even when it also spells text.
+    from surecall.engine import Grammar
+    from surecall.engine.vocab import TokenVocabulary
+
+    vocab = TokenVocabulary([b"a", b"b", b"ab", b"<e>"], special_ids=set(), eos_token_ids={3})
+    matcher = Matcher(Grammar.from_regex("ab|a<e>b"), vocab, max_tokens=max_tokens)
+    assert vocab.is_text_token(3)
+    assert matcher.advance(0) is Status.ACCEPTED
+    assert matcher.advance(3) is Status.REJECTED  # "a" is no whole text, though "a<e>" goes on
+    assert matcher.advance(1) is Status.FINISHED  # "ab": nothing may follow
+    matcher.reset()
+    assert matcher.advance(2) is Status.FINISHED
+    other = Matcher(Grammar.from_regex("a|ab"), vocab, max_tokens=max_tokens)
+    assert other.advance(0) is Status.ACCEPTED
+    assert other.advance(3) is Status.FINISHED and other.is_finished()
