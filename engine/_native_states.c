@@ -132,26 +132,23 @@ typedef struct {
     uint8_t part_of_byte[256];
 } PlainSplit;
 
-/* A plain configuration (see ``plain_fill``): one origin and a set of positions. */
+/* A plain configuration (see ``plain_fill``): its items as (origin number << 32 | position)
+ * (``plain_origin``), sorted. */
 typedef struct {
-    PyObject *origin;        /* owned: None, or an origin pair naming no SELF */
     int32_t count;
-    int32_t *positions;      /* sorted, distinct: byte positions without watches, and accepting ones */
+    uint64_t *items;
     /* While its row is being written: the split of its byte sets, and for each of them
-     * the positions moving by it (bit i: positions[i]). */
+     * the items moving by it (bit i: items[i]). */
     PlainSplit *split;
     uint64_t *mask_movers;
     int32_t parts_left;
     int8_t row_state;  /* PLAIN_ROW_UNSPLIT, PLAIN_ROW_SPLIT, PLAIN_ROW_WRITTEN */
 } PlainConfig;
 
-/* A slot of the index of plain configurations: the origin (owned) and positions of
- * ``plain[config]``, found by hash. An origin equal to another but not the same object
- * takes a slot of its own. */
+/* A slot of the index of plain configurations: ``plain[config]``'s items, found by hash. */
 typedef struct {
     uint64_t hash;
     int32_t config;   /* -1: an empty slot */
-    PyObject *origin;
 } PlainSlot;
 
 typedef struct {
@@ -217,6 +214,10 @@ typedef struct {
     Py_ssize_t plain_slot_capacity, plain_slot_used;
     PlainSplit **splits;  /* the splits by set of byte sets, by hash */
     Py_ssize_t split_capacity, split_used;
+    /* The origins plain items name, by number (0: None; owned), and {origin: number}. */
+    PyObject **plain_origins;
+    Py_ssize_t num_plain_origins, plain_origin_capacity;
+    PyObject *plain_origin_numbers;
 } NfaTables;
 
 static void plain_free(NfaTables *t);
@@ -2502,20 +2503,20 @@ static PyObject *fill_part(NfaTables *t, RowWork *work, Py_ssize_t part) {
 /* ------------------------------------------------------------------ plain configurations */
 
 /* Most configurations a mask walk builds hold only byte positions (without watches or
- * except! positions) and accepting ones, with no token states, all sharing one origin (the
- * call they sit in, or none): a key's prefix, a string's characters, a number's digits.
- * Their items are the origin and a set of positions. Moving them by a byte reads no Python
- * object: the positions whose byte sets hold it move on, and close through epsilon moves
- * alone, most often to byte and accepting positions again. Such configurations are kept
- * here as (origin, sorted positions) and their successors found in that form; only a new
- * one is made into Python items and interned, as any other. A closure meeting anything
- * else (a call, a return, a watch, a counter), or a grammar with searches' tails, goes the
- * general way, which computes the same successor. */
+ * except! positions) and accepting ones, with no token states: a key's prefix, a string's
+ * characters, a number's digits. Their items are (origin, position) pairs, the origins few
+ * (the calls they sit in, or none). Moving them by a byte reads no Python object: the
+ * positions whose byte sets hold it move on, and close through epsilon moves and returns
+ * from calls to byte and accepting positions again. Such configurations are kept here as
+ * sorted numbers (``plain_item``) and their successors found in that form; only a new one
+ * is made into Python items and interned, as any other. A closure meeting anything else (a
+ * call, a watch, a counter), or a grammar with searches' tails, goes the general way, which
+ * computes the same successor. */
 
 #define NOT_PLAIN ((PlainConfig *)1)
 #define PLAIN_NO_PART 255
-/* Positions a plain configuration holds at most (one bit each in a part's movers). */
-#define PLAIN_MAX_POSITIONS 64
+/* Items a plain configuration holds at most (one bit each in a part's movers). */
+#define PLAIN_MAX_ITEMS 64
 /* Most parts a plain row is split into (one byte each; PLAIN_NO_PART marks none). */
 #define PLAIN_MAX_PARTS 255
 
@@ -2550,32 +2551,96 @@ static void plain_free(NfaTables *t) {
     for (Py_ssize_t c = 0; c < t->plain_capacity; c++) {
         PlainConfig *plain = t->plain[c];
         if (plain != NULL && plain != NOT_PLAIN) {
-            Py_XDECREF(plain->origin);
-            free(plain->positions);
+            free(plain->items);
             plain_drop_split(plain);
             free(plain);
         }
     }
     free(t->plain);
-    for (Py_ssize_t i = 0; i < t->plain_slot_capacity; i++) {
-        Py_XDECREF(t->plain_slots[i].origin);
-    }
     free(t->plain_slots);
+    for (Py_ssize_t i = 0; i < t->num_plain_origins; i++) {
+        Py_XDECREF(t->plain_origins[i]);
+    }
+    free(t->plain_origins);
+    Py_XDECREF(t->plain_origin_numbers);
     splits_clear(t);
     free(t->splits);
 }
 
-static uint64_t plain_hash(PyObject *origin, const int32_t *positions, int32_t count) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)origin;
+static uint64_t plain_item(int32_t origin, int32_t position) {
+    return (uint64_t)(uint32_t)origin << 32 | (uint32_t)position;
+}
+
+static int32_t item_position(uint64_t item) {
+    return (int32_t)(uint32_t)item;
+}
+
+static int32_t item_origin(uint64_t item) {
+    return (int32_t)(item >> 32);
+}
+
+/* The number of ``origin`` (None or a pair naming no SELF: a borrowed reference) among
+ * the origins plain items name, given one if new; -1 with an exception set. */
+static int32_t plain_origin(NfaTables *t, PyObject *origin) {
+    if (t->plain_origin_numbers == NULL) {
+        if ((t->plain_origin_numbers = PyDict_New()) == NULL) {
+            return -1;
+        }
+    }
+    if (origin == Py_None) {
+        return 0;
+    }
+    const Py_ssize_t last = t->num_plain_origins - 1;
+    if (last >= 1 && t->plain_origins[last] == origin) {
+        return (int32_t)last;  /* the last one again: most items share it */
+    }
+    PyObject *found = PyDict_GetItemWithError(t->plain_origin_numbers, origin);
+    if (found != NULL) {
+        return (int32_t)PyLong_AsLong(found);
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    if (t->num_plain_origins + 1 >= t->plain_origin_capacity) {
+        const Py_ssize_t capacity = t->plain_origin_capacity ? t->plain_origin_capacity * 2 : 64;
+        PyObject **grown = (PyObject **)realloc(t->plain_origins, (size_t)capacity * sizeof(PyObject *));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->plain_origins = grown;
+        t->plain_origin_capacity = capacity;
+    }
+    if (t->num_plain_origins == 0) {
+        t->plain_origins[t->num_plain_origins++] = Py_NewRef(Py_None);
+    }
+    const Py_ssize_t number = t->num_plain_origins;
+    PyObject *key = PyLong_FromSsize_t(number);
+    if (key == NULL || PyDict_SetItem(t->plain_origin_numbers, origin, key) < 0) {
+        Py_XDECREF(key);
+        return -1;
+    }
+    Py_DECREF(key);
+    t->plain_origins[t->num_plain_origins++] = Py_NewRef(origin);
+    return (int32_t)number;
+}
+
+/* The origin object of an origin number (borrowed). */
+static PyObject *origin_object(const NfaTables *t, int32_t number) {
+    return number == 0 ? Py_None : t->plain_origins[number];
+}
+
+static uint64_t plain_hash(const uint64_t *items, int32_t count) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
     for (int32_t i = 0; i < count; i++) {
-        h = (h ^ (uint32_t)positions[i]) * 0xBF58476D1CE4E5B9ull;
+        h = (h ^ items[i]) * 0xBF58476D1CE4E5B9ull;
         h ^= h >> 31;
     }
     return h;
 }
 
 /* The slot of (origin, positions), or the empty slot where it would go; NULL with no slots. */
-static PlainSlot *plain_slot(NfaTables *t, uint64_t hash, PyObject *origin, const int32_t *positions, int32_t count) {
+static PlainSlot *plain_slot(NfaTables *t, uint64_t hash, const uint64_t *items, int32_t count) {
     if (t->plain_slot_capacity == 0) {
         return NULL;
     }
@@ -2585,17 +2650,16 @@ static PlainSlot *plain_slot(NfaTables *t, uint64_t hash, PyObject *origin, cons
         if (slot->config < 0) {
             return slot;
         }
-        if (slot->hash == hash && slot->origin == origin) {
+        if (slot->hash == hash) {
             const PlainConfig *plain = t->plain[slot->config];
-            if (plain->count == count && memcmp(plain->positions, positions, (size_t)count * sizeof(int32_t)) == 0) {
+            if (plain->count == count && memcmp(plain->items, items, (size_t)count * sizeof(uint64_t)) == 0) {
                 return slot;
             }
         }
     }
 }
-
-/* Record that ``config`` (with its plain form made) is (origin, its positions); -1 on failure. */
-static int plain_index_add(NfaTables *t, long config, PyObject *origin) {
+/* Index ``config`` (with its plain form made) by its items; -1 on failure. */
+static int plain_index_add(NfaTables *t, long config) {
     const PlainConfig *plain = t->plain[config];
     if ((t->plain_slot_used + 1) * 2 > t->plain_slot_capacity) {
         const Py_ssize_t capacity = t->plain_slot_capacity ? t->plain_slot_capacity * 2 : 1024;
@@ -2606,7 +2670,6 @@ static int plain_index_add(NfaTables *t, long config, PyObject *origin) {
         }
         for (Py_ssize_t i = 0; i < capacity; i++) {
             slots[i].config = -1;
-            slots[i].origin = NULL;
         }
         for (Py_ssize_t i = 0; i < t->plain_slot_capacity; i++) {
             const PlainSlot *old = &t->plain_slots[i];
@@ -2622,12 +2685,11 @@ static int plain_index_add(NfaTables *t, long config, PyObject *origin) {
         t->plain_slots = slots;
         t->plain_slot_capacity = capacity;
     }
-    const uint64_t hash = plain_hash(origin, plain->positions, plain->count);
-    PlainSlot *slot = plain_slot(t, hash, origin, plain->positions, plain->count);
+    const uint64_t hash = plain_hash(plain->items, plain->count);
+    PlainSlot *slot = plain_slot(t, hash, plain->items, plain->count);
     if (slot->config < 0) {
         slot->hash = hash;
         slot->config = (int32_t)config;
-        slot->origin = Py_NewRef(origin);
         t->plain_slot_used++;
     }
     return 0;
@@ -2653,46 +2715,42 @@ static int plain_reserve(NfaTables *t, long config) {
     return 0;
 }
 
-/* Give ``config`` the plain form (origin, ``positions``: sorted, distinct, ``count`` of them)
- * and index it; -1 on failure. */
-static int plain_register(NfaTables *t, long config, PyObject *origin, const int32_t *positions, int32_t count) {
+/* Give ``config`` the plain form ``items`` (sorted, distinct, ``count`` of them) and index it;
+ * -1 on failure. */
+static int plain_register(NfaTables *t, long config, const uint64_t *items, int32_t count) {
     if (plain_reserve(t, config) < 0) {
         return -1;
     }
     if (t->plain[config] != NULL) {
-        /* Known already (by another origin object equal to this one): index this one too. */
-        return t->plain[config] == NOT_PLAIN ? 0 : plain_index_add(t, config, origin);
+        return 0;
     }
     PlainConfig *plain = (PlainConfig *)calloc(1, sizeof(PlainConfig));
-    int32_t *copy = (int32_t *)malloc((size_t)(count ? count : 1) * sizeof(int32_t));
+    uint64_t *copy = (uint64_t *)malloc((size_t)(count ? count : 1) * sizeof(uint64_t));
     if (plain == NULL || copy == NULL) {
         free(plain);
         free(copy);
         PyErr_NoMemory();
         return -1;
     }
-    memcpy(copy, positions, (size_t)count * sizeof(int32_t));
-    plain->origin = Py_NewRef(origin);
-    plain->positions = copy;
+    memcpy(copy, items, (size_t)count * sizeof(uint64_t));
+    plain->items = copy;
     plain->count = count;
     t->plain[config] = plain;
-    return plain_index_add(t, config, origin);
+    return plain_index_add(t, config);
 }
-
 /* Whether position ``p`` may stand in a plain configuration. */
 static int plain_position(const NfaTables *t, int32_t p) {
     return t->kind[p] == K_ACCEPT || (t->kind[p] == K_BYTE && t->arg[p] < 0);
 }
 
-static int int32_order(const void *left, const void *right) {
-    const int32_t a = *(const int32_t *)left, b = *(const int32_t *)right;
+static int uint64_order(const void *left, const void *right) {
+    const uint64_t a = *(const uint64_t *)left, b = *(const uint64_t *)right;
     return (a > b) - (a < b);
 }
-
 /* Sort ``values`` and drop repeats: how many are left. */
-static int32_t sorted_distinct(int32_t *values, int32_t count) {
+static int32_t sorted_distinct(uint64_t *values, int32_t count) {
     if (count > 1) {
-        qsort(values, (size_t)count, sizeof(int32_t), int32_order);
+        qsort(values, (size_t)count, sizeof(uint64_t), uint64_order);
     }
     int32_t kept = 0;
     for (int32_t i = 0; i < count; i++) {
@@ -2702,7 +2760,6 @@ static int32_t sorted_distinct(int32_t *values, int32_t count) {
     }
     return kept;
 }
-
 /* The plain form of ``config`` (NOT_PLAIN when it has none, read off its items the first
  * time), or NULL with an exception set. */
 static PlainConfig *plain_config_of(NfaTables *t, long config) {
@@ -2713,10 +2770,9 @@ static PlainConfig *plain_config_of(NfaTables *t, long config) {
         return t->plain[config];
     }
     PyObject *items = PyList_GET_ITEM(t->configs, config);
-    int32_t positions[PLAIN_MAX_POSITIONS];
+    uint64_t found[PLAIN_MAX_ITEMS];
     int32_t count = 0;
-    PyObject *origin = NULL;
-    int plain = !t->num_searches && PyAnySet_Check(items) && PySet_GET_SIZE(items) <= PLAIN_MAX_POSITIONS;
+    int plain = !t->num_searches && PyAnySet_Check(items) && PySet_GET_SIZE(items) <= PLAIN_MAX_ITEMS;
     PyObject *iterator = plain ? PyObject_GetIter(items) : NULL, *item;
     if (plain && iterator == NULL) {
         return NULL;
@@ -2724,49 +2780,39 @@ static PlainConfig *plain_config_of(NfaTables *t, long config) {
     while (plain && (item = PyIter_Next(iterator)) != NULL) {
         int32_t p;
         PyObject *o, *w, *state;
-        if (unpack_item(t, item, &p, &o, &w, &state) < 0) {
-            Py_DECREF(item);
+        int32_t origin = 0;
+        int status = unpack_item(t, item, &p, &o, &w, &state);
+        plain = status == 0 && w == Py_None && state == Py_None && plain_position(t, p);
+        if (plain && o != Py_None) {
+            PyObject *call_watch;
+            long origin_config;
+            const int self_call = is_self_origin(o, &call_watch, &origin_config);
+            plain = self_call == 0;
+            status = self_call < 0 ? -1 : status;
+            if (plain && (origin = plain_origin(t, o)) < 0) {
+                status = -1;
+            }
+        }
+        Py_DECREF(item);  /* the fields stay alive through the configuration's items */
+        if (status < 0) {
             Py_DECREF(iterator);
             return NULL;
         }
-        Py_DECREF(item);  /* the fields stay alive through the configuration's items */
-        plain = w == Py_None && state == Py_None && plain_position(t, p);
-        if (plain && origin == NULL) {
-            origin = o;
-            if (o != Py_None) {
-                PyObject *call_watch;
-                long origin_config;
-                const int self_call = is_self_origin(o, &call_watch, &origin_config);
-                if (self_call < 0) {
-                    Py_DECREF(iterator);
-                    return NULL;
-                }
-                plain = !self_call;
-            }
-        } else if (plain && o != origin) {
-            const int same = PyObject_RichCompareBool(o, origin, Py_EQ);
-            if (same < 0) {
-                Py_DECREF(iterator);
-                return NULL;
-            }
-            plain = same;
-        }
         if (plain) {
-            positions[count++] = p;
+            found[count++] = plain_item(origin, p);
         }
     }
     Py_XDECREF(iterator);
     if (PyErr_Occurred()) {
         return NULL;
     }
-    if (!plain || origin == NULL) {
+    if (!plain) {
         t->plain[config] = NOT_PLAIN;
         return NOT_PLAIN;
     }
-    count = sorted_distinct(positions, count);
-    return plain_register(t, config, origin, positions, count) < 0 ? NULL : t->plain[config];
+    count = sorted_distinct(found, count);
+    return plain_register(t, config, found, count) < 0 ? NULL : t->plain[config];
 }
-
 /* Past this many splits kept, the cache starts over (only sharing is lost). */
 #define SPLITS_KEPT 4096
 
@@ -2879,14 +2925,33 @@ static PlainSplit *split_of(NfaTables *t, const int32_t *mask_ids, int32_t count
     return split;
 }
 
-/* Split the row of ``plain`` (``split_of`` its byte sets) and note which positions move by
+/* Sort a few byte-set numbers and drop repeats: how many are left. */
+static int32_t sorted_distinct_masks(int32_t *values, int32_t count) {
+    for (int32_t i = 1; i < count; i++) {
+        const int32_t value = values[i];
+        int32_t j = i;
+        for (; j > 0 && values[j - 1] > value; j--) {
+            values[j] = values[j - 1];
+        }
+        values[j] = value;
+    }
+    int32_t kept = 0;
+    for (int32_t i = 0; i < count; i++) {
+        if (kept == 0 || values[kept - 1] != values[i]) {
+            values[kept++] = values[i];
+        }
+    }
+    return kept;
+}
+
+/* Split the row of ``plain`` (``split_of`` its byte sets) and note which items move by
  * each set; -1 on failure. More parts than a byte numbers leave it unsplit (the general
  * way's row). */
 static int plain_split(NfaTables *t, PlainConfig *plain) {
-    int32_t mask_ids[PLAIN_MAX_POSITIONS], position_mask[PLAIN_MAX_POSITIONS];
+    int32_t mask_ids[PLAIN_MAX_ITEMS], position_mask[PLAIN_MAX_ITEMS];
     int32_t count = 0;
     for (int32_t i = 0; i < plain->count; i++) {
-        const int32_t p = plain->positions[i];
+        const int32_t p = item_position(plain->items[i]);
         position_mask[i] = -1;
         if (t->scans[p]) {
             if ((position_mask[i] = mask_index(t, p)) < 0) {
@@ -2895,7 +2960,7 @@ static int plain_split(NfaTables *t, PlainConfig *plain) {
             mask_ids[count++] = position_mask[i];
         }
     }
-    count = sorted_distinct(mask_ids, count);
+    count = sorted_distinct_masks(mask_ids, count);
     PlainSplit *split = split_of(t, mask_ids, count);
     if (split == NULL) {
         return PyErr_Occurred() ? -1 : 0;
@@ -2927,7 +2992,7 @@ static int plain_split(NfaTables *t, PlainConfig *plain) {
     return 0;
 }
 
-/* The positions of ``plain`` that move by the bytes of ``part`` of its split. */
+/* The items of ``plain`` that move by the bytes of ``part`` of its split. */
 static uint64_t plain_movers(const PlainConfig *plain, int32_t part) {
     uint64_t movers = 0;
     for (uint64_t masks = plain->split->part_masks[part]; masks; masks &= masks - 1) {
@@ -2936,66 +3001,180 @@ static uint64_t plain_movers(const PlainConfig *plain, int32_t part) {
     return movers;
 }
 
-/* The successor of ``plain`` by the positions ``movers`` (a part's): its number, -1 when
- * dead, PLAIN_GENERAL_SUCCESSOR when the closure meets what a plain configuration cannot
- * hold (or exceeds max_items), or -2 with an exception set (a code past a limit is the
- * general way's to raise). */
+/* Plain items a closure has to expand, or has reached. */
+typedef struct {
+    uint64_t *values;
+    Py_ssize_t size, capacity;
+} ItemList;
+
+static int item_list_add(ItemList *list, uint64_t value) {
+    if (list->size == list->capacity) {
+        const Py_ssize_t capacity = list->capacity ? list->capacity * 2 : 64;
+        uint64_t *grown = (uint64_t *)realloc(list->values, (size_t)capacity * sizeof(uint64_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        list->values = grown;
+        list->capacity = capacity;
+    }
+    list->values[list->size++] = value;
+    return 0;
+}
+
+/* The plain items a closure has expanded: open addressing, UINT64_MAX marking a free slot. */
+typedef struct {
+    uint64_t *slots;
+    Py_ssize_t capacity, used;
+} ItemSeen;
+
+/* 1 when ``item`` is new (now held), 0 when held already, -1 out of memory. */
+static int item_seen_add(ItemSeen *seen, uint64_t item) {
+    if ((seen->used + 1) * 2 > seen->capacity) {
+        const Py_ssize_t capacity = seen->capacity ? seen->capacity * 2 : 64;
+        uint64_t *slots = (uint64_t *)malloc((size_t)capacity * sizeof(uint64_t));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memset(slots, 0xFF, (size_t)capacity * sizeof(uint64_t));
+        for (Py_ssize_t i = 0; i < seen->capacity; i++) {
+            if (seen->slots[i] != UINT64_MAX) {
+                size_t j = (size_t)((seen->slots[i] * 0x9E3779B97F4A7C15ull) >> 32) & (size_t)(capacity - 1);
+                while (slots[j] != UINT64_MAX) {
+                    j = (j + 1) & (size_t)(capacity - 1);
+                }
+                slots[j] = seen->slots[i];
+            }
+        }
+        free(seen->slots);
+        seen->slots = slots;
+        seen->capacity = capacity;
+    }
+    size_t j = (size_t)((item * 0x9E3779B97F4A7C15ull) >> 32) & (size_t)(seen->capacity - 1);
+    while (seen->slots[j] != UINT64_MAX) {
+        if (seen->slots[j] == item) {
+            return 0;
+        }
+        j = (j + 1) & (size_t)(seen->capacity - 1);
+    }
+    seen->slots[j] = item;
+    seen->used++;
+    return 1;
+}
+
+/* Put on ``work`` where a call (origin number ``origin``) of rule ``rule`` returns to, as the
+ * general closure does at an END position: 0, 1 when a return is no plain item (a token
+ * state, or an origin naming SELF), -1 with an exception set. */
+static int plain_returns(NfaTables *t, int32_t origin, int32_t rule, ItemList *work) {
+    PyObject *call_watch;
+    long origin_config;
+    const int self_call = is_self_origin(origin_object(t, origin), &call_watch, &origin_config);
+    if (self_call != 0) {
+        return self_call < 0 ? -1 : 1;
+    }
+    if (origin_config < 0 || origin_config >= PyList_GET_SIZE(t->callers)) {
+        return 1;  /* the general way raises */
+    }
+    PyObject *table = PyList_GET_ITEM(t->callers, origin_config);
+    if (table == Py_None) {
+        return 0;
+    }
+    PyObject *key = rule_key(rule, call_watch);
+    PyObject *returns = key == NULL ? NULL : PyDict_GetItemWithError(table, key);
+    Py_XDECREF(key);
+    if (returns == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(returns); c++) {
+        PyObject *entry = PyList_GET_ITEM(returns, c);
+        long ret;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3 || PyTuple_GET_ITEM(entry, 2) != Py_None) {
+            return 1;
+        }
+        if (as_index(PyTuple_GET_ITEM(entry, 0), t->size, &ret) < 0) {
+            return -1;
+        }
+        PyObject *returned_origin = PyTuple_GET_ITEM(entry, 1);
+        if (returned_origin != Py_None) {
+            PyObject *returned_watch;
+            long returned_config;
+            const int returned_self = is_self_origin(returned_origin, &returned_watch, &returned_config);
+            if (returned_self != 0) {
+                return returned_self < 0 ? -1 : 1;
+            }
+        }
+        const int32_t number = plain_origin(t, returned_origin);
+        if (number < 0 || item_list_add(work, plain_item(number, (int32_t)ret)) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The successor of ``plain`` by the items ``movers`` (a part's): its number, -1 when dead,
+ * PLAIN_GENERAL_SUCCESSOR when the closure meets what a plain configuration cannot hold (or
+ * exceeds max_items), or -2 with an exception set (a code past a limit is the general way's
+ * to raise). */
 #define PLAIN_GENERAL_SUCCESSOR (-3)
 
 static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t movers) {
-    int32_t kernel[PLAIN_MAX_POSITIONS];
-    int32_t kernel_count = 0;
+    ItemList work = {0}, closed = {0};
+    ItemSeen seen = {0};
+    long result = PLAIN_GENERAL_SUCCESSOR;
     for (int32_t i = 0; i < plain->count; i++) {
         if (movers >> i & 1) {
-            kernel[kernel_count++] = t->out[plain->positions[i]];
-        }
-    }
-    kernel_count = sorted_distinct(kernel, kernel_count);
-    /* The closure: what epsilon moves reach from each kernel position, all plain. */
-    int32_t stack_room = 256, count = 0;
-    int32_t *closed = (int32_t *)malloc((size_t)stack_room * sizeof(int32_t));
-    if (closed == NULL) {
-        PyErr_NoMemory();
-        return -2;
-    }
-    long result = PLAIN_GENERAL_SUCCESSOR;
-    for (int32_t i = 0; i < kernel_count; i++) {
-        const int32_t *reached;
-        int32_t reached_count;
-        if (local_closure(t, kernel[i], &reached, &reached_count) < 0) {
-            result = -2;
-            goto done;
-        }
-        if (count + reached_count > stack_room) {
-            while (count + reached_count > stack_room) {
-                stack_room *= 2;
-            }
-            int32_t *grown = (int32_t *)realloc(closed, (size_t)stack_room * sizeof(int32_t));
-            if (grown == NULL) {
-                PyErr_NoMemory();
+            const uint64_t item = plain->items[i];
+            if (item_list_add(&work, plain_item(item_origin(item), t->out[item_position(item)])) < 0) {
                 result = -2;
                 goto done;
             }
-            closed = grown;
-        }
-        for (int32_t j = 0; j < reached_count; j++) {
-            if (!plain_position(t, reached[j])) {
-                goto done;  /* PLAIN_GENERAL_SUCCESSOR */
-            }
-            closed[count++] = reached[j];
         }
     }
-    count = sorted_distinct(closed, count);
+    /* The closure: what epsilon moves and returns from calls reach, all plain. */
+    while (work.size) {
+        const uint64_t item = work.values[--work.size];
+        const int added = item_seen_add(&seen, item);
+        if (added <= 0) {
+            if (added < 0) {
+                result = -2;
+                goto done;
+            }
+            continue;
+        }
+        const int32_t origin = item_origin(item);
+        const int32_t *reached;
+        int32_t reached_count;
+        if (local_closure(t, item_position(item), &reached, &reached_count) < 0) {
+            result = -2;
+            goto done;
+        }
+        for (int32_t j = 0; j < reached_count; j++) {
+            const int32_t q = reached[j];
+            int status;
+            if (plain_position(t, q)) {
+                status = item_list_add(&closed, plain_item(origin, q));
+            } else if (t->kind[q] == K_END && origin != 0) {
+                status = plain_returns(t, origin, t->arg[q], &work);
+            } else {
+                status = 1;  /* a call, a watch, a counter: the general way's */
+            }
+            if (status != 0) {
+                result = status < 0 ? -2 : PLAIN_GENERAL_SUCCESSOR;
+                goto done;
+            }
+        }
+    }
+    const int32_t count = sorted_distinct(closed.values, (int32_t)closed.size);
     if (count == 0) {
         result = -1;
         goto done;
     }
-    if (count > PLAIN_MAX_POSITIONS || count > t->max_items) {
+    if (count > PLAIN_MAX_ITEMS || count > t->max_items) {
         goto done;  /* PLAIN_GENERAL_SUCCESSOR */
     }
-    PyObject *origin = plain->origin;
-    const uint64_t hash = plain_hash(origin, closed, count);
-    PlainSlot *slot = plain_slot(t, hash, origin, closed, count);
+    const uint64_t hash = plain_hash(closed.values, count);
+    PlainSlot *slot = plain_slot(t, hash, closed.values, count);
     if (slot != NULL && slot->config >= 0) {
         result = slot->config;
         goto done;
@@ -3008,7 +3187,8 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
         goto done;
     }
     for (int32_t i = 0; i < count; i++) {
-        PyObject *item = item_of(t, closed[i], origin, Py_None, Py_None);
+        const uint64_t value = closed.values[i];
+        PyObject *item = item_of(t, item_position(value), origin_object(t, item_origin(value)), Py_None, Py_None);
         if (item == NULL || add_item(items, item, &any_tracked) < 0) {
             Py_XDECREF(item);
             Py_DECREF(items);
@@ -3027,14 +3207,15 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
     } else if (config < 0) {
         result = PLAIN_GENERAL_SUCCESSOR;  /* past max_configs: the general way raises */
     } else {
-        result = plain_register(t, config, origin, closed, count) < 0 ? -2 : config;
+        result = plain_register(t, config, closed.values, count) < 0 ? -2 : config;
     }
 
 done:
-    free(closed);
+    free(work.values);
+    free(closed.values);
+    free(seen.slots);
     return result;
 }
-
 /* Fill the unknown entries of ``config``'s row for byte ``only`` (when not negative), else
  * for the bytes below ``end`` flagged in ``wanted`` (every one with NULL), with their
  * parts, when the configuration is plain: PLAIN_DONE, PLAIN_GENERAL when the general way
