@@ -2476,10 +2476,11 @@ class ByteAutomaton:
         return found
 
     def _utf8_kernels_agree(self, config: int, ascii_byte: int) -> bool:
-        scan = self._scan(config)
-        if scan is None:
+        # The items by byte set alone: the row's split is not read.
+        scan = self._scans.get(config)
+        by_mask = scan[0] if scan is not None else self._plain_scans(config)
+        if by_mask is None:
             return self._utf8_agrees_with_intersections(config, ascii_byte)
-        by_mask = scan[0]
         if self._native is not None:
             return native.states.utf8_agrees(self._native, by_mask, ascii_byte, _UTF8_FORMS)
         return bool(self._kernel_after_every_character(by_mask, ascii_byte))
