@@ -3285,10 +3285,13 @@ static int plain_fill(NfaTables *t, long config, int only, int end, const uint8_
             }
         }
         if (--plain->parts_left == 0) {
-            plain->row_state = PLAIN_ROW_WRITTEN;
-            plain_drop_split(plain);
             break;
         }
+    }
+    /* Every part written, here or (some) by the general way before: the split is done with. */
+    if (plain->parts_left == 0 || (only < 0 && end == 256 && wanted == NULL)) {
+        plain->row_state = PLAIN_ROW_WRITTEN;
+        plain_drop_split(plain);
     }
     return PLAIN_DONE;
 }
