@@ -58,11 +58,18 @@ static void tuple_cache_clear(TupleCache *cache) {
     cache->capacity = cache->used = 0;
 }
 
+/* The hashes of the native caches and indexes: HASH_SEED, then one step per value. */
+#define HASH_SEED 0x9E3779B97F4A7C15ull
+
+static uint64_t hash_step(uint64_t h, uint64_t value) {
+    h = (h ^ value) * 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 31);
+}
+
 static size_t tuple_cache_hash(const intptr_t key[4]) {
-    uint64_t h = 0x9E3779B97F4A7C15ull;
+    uint64_t h = HASH_SEED;
     for (int i = 0; i < 4; i++) {
-        h = (h ^ (uint64_t)key[i]) * 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 29;
+        h = hash_step(h, (uint64_t)key[i]);
     }
     return (size_t)h;
 }
@@ -125,7 +132,7 @@ typedef struct {
     int32_t refs;        /* the split cache's and each configuration's splitting by it */
     int32_t num_masks;
     uint64_t hash;
-    int32_t *mask_ids;   /* sorted, distinct */
+    uint64_t *mask_ids;  /* sorted, distinct */
     int32_t num_parts;
     uint64_t *part_masks;
     uint64_t (*part_bytes)[4];
@@ -2302,6 +2309,19 @@ static int row_of(NfaTables *t, long config, int32_t **row) {
     return 1;
 }
 
+/* Mark the bytes of the byte set ``bits`` (little-endian, 32 bytes) as members of set
+ * number ``index`` (below 64) in each byte's ``membership``. */
+static void add_membership(const uint8_t bits[32], int index, uint64_t membership[256]) {
+    /* Only the set bits: byte sets are mostly a few bytes or short ranges. */
+    for (int k = 0; k < 32; k++) {
+        for (unsigned value = bits[k], b = 8 * k; value; value >>= 1, b++) {
+            if (value & 1) {
+                membership[b] |= (uint64_t)1 << index;
+            }
+        }
+    }
+}
+
 /* ``partition`` of a tuple of byte sets: a new reference, None past 64 sets, NULL on error. */
 static PyObject *split_bytes(PyObject *masks);
 
@@ -2630,11 +2650,10 @@ static PyObject *origin_object(const NfaTables *t, int32_t number) {
     return number == 0 ? Py_None : t->plain_origins[number];
 }
 
-static uint64_t plain_hash(const uint64_t *items, int32_t count) {
-    uint64_t h = 0x9E3779B97F4A7C15ull;
+static uint64_t plain_hash(const uint64_t *values, int32_t count) {
+    uint64_t h = HASH_SEED;
     for (int32_t i = 0; i < count; i++) {
-        h = (h ^ items[i]) * 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 31;
+        h = hash_step(h, values[i]);
     }
     return h;
 }
@@ -2819,18 +2838,14 @@ static PlainConfig *plain_config_of(NfaTables *t, long config) {
 /* The split by the byte sets ``mask_ids`` (sorted, distinct, ``count`` <= 64) from the
  * cache, made if new (a reference the caller owns); NULL with an exception set, or NULL
  * without one past PLAIN_MAX_PARTS parts. */
-static PlainSplit *split_of(NfaTables *t, const int32_t *mask_ids, int32_t count) {
-    uint64_t hash = 0x9E3779B97F4A7C15ull;
-    for (int32_t j = 0; j < count; j++) {
-        hash = (hash ^ (uint32_t)mask_ids[j]) * 0xBF58476D1CE4E5B9ull;
-        hash ^= hash >> 31;
-    }
+static PlainSplit *split_of(NfaTables *t, const uint64_t *mask_ids, int32_t count) {
+    const uint64_t hash = plain_hash(mask_ids, count);
     if (t->split_capacity) {
         const size_t mask = (size_t)t->split_capacity - 1;
         for (size_t i = (size_t)hash & mask; t->splits[i] != NULL; i = (i + 1) & mask) {
             PlainSplit *found = t->splits[i];
             if (found->hash == hash && found->num_masks == count &&
-                memcmp(found->mask_ids, mask_ids, (size_t)count * sizeof(int32_t)) == 0) {
+                memcmp(found->mask_ids, mask_ids, (size_t)count * sizeof(uint64_t)) == 0) {
                 found->refs++;
                 return found;
             }
@@ -2839,12 +2854,7 @@ static PlainSplit *split_of(NfaTables *t, const int32_t *mask_ids, int32_t count
     /* Each byte's membership among the sets, then the distinct memberships. */
     uint64_t membership[256] = {0};
     for (int32_t j = 0; j < count; j++) {
-        const uint8_t *bytes = t->mask_bits[mask_ids[j]];
-        for (int b = 0; b < 256; b++) {
-            if (bytes[b >> 3] >> (b & 7) & 1) {
-                membership[b] |= (uint64_t)1 << j;
-            }
-        }
+        add_membership(t->mask_bits[mask_ids[j]], j, membership);
     }
     PlainSplit *split = (PlainSplit *)calloc(1, sizeof(PlainSplit));
     uint64_t part_masks[PLAIN_MAX_PARTS];
@@ -2871,7 +2881,7 @@ static PlainSplit *split_of(NfaTables *t, const int32_t *mask_ids, int32_t count
         }
         split->part_of_byte[b] = (uint8_t)part;
     }
-    split->mask_ids = (int32_t *)malloc((size_t)(count ? count : 1) * sizeof(int32_t));
+    split->mask_ids = (uint64_t *)malloc((size_t)(count ? count : 1) * sizeof(uint64_t));
     split->part_masks = (uint64_t *)malloc((size_t)(parts ? parts : 1) * sizeof(uint64_t));
     split->part_bytes = (uint64_t (*)[4])calloc((size_t)(parts ? parts : 1), sizeof(uint64_t[4]));
     if (split->mask_ids == NULL || split->part_masks == NULL || split->part_bytes == NULL) {
@@ -2880,7 +2890,7 @@ static PlainSplit *split_of(NfaTables *t, const int32_t *mask_ids, int32_t count
         PyErr_NoMemory();
         return NULL;
     }
-    memcpy(split->mask_ids, mask_ids, (size_t)count * sizeof(int32_t));
+    memcpy(split->mask_ids, mask_ids, (size_t)count * sizeof(uint64_t));
     memcpy(split->part_masks, part_masks, (size_t)parts * sizeof(uint64_t));
     for (int b = 0; b < 256; b++) {
         if (split->part_of_byte[b] != PLAIN_NO_PART) {
@@ -2925,30 +2935,12 @@ static PlainSplit *split_of(NfaTables *t, const int32_t *mask_ids, int32_t count
     return split;
 }
 
-/* Sort a few byte-set numbers and drop repeats: how many are left. */
-static int32_t sorted_distinct_masks(int32_t *values, int32_t count) {
-    for (int32_t i = 1; i < count; i++) {
-        const int32_t value = values[i];
-        int32_t j = i;
-        for (; j > 0 && values[j - 1] > value; j--) {
-            values[j] = values[j - 1];
-        }
-        values[j] = value;
-    }
-    int32_t kept = 0;
-    for (int32_t i = 0; i < count; i++) {
-        if (kept == 0 || values[kept - 1] != values[i]) {
-            values[kept++] = values[i];
-        }
-    }
-    return kept;
-}
-
 /* Split the row of ``plain`` (``split_of`` its byte sets) and note which items move by
  * each set; -1 on failure. More parts than a byte numbers leave it unsplit (the general
  * way's row). */
 static int plain_split(NfaTables *t, PlainConfig *plain) {
-    int32_t mask_ids[PLAIN_MAX_ITEMS], position_mask[PLAIN_MAX_ITEMS];
+    uint64_t mask_ids[PLAIN_MAX_ITEMS];
+    int32_t position_mask[PLAIN_MAX_ITEMS];
     int32_t count = 0;
     for (int32_t i = 0; i < plain->count; i++) {
         const int32_t p = item_position(plain->items[i]);
@@ -2957,10 +2949,10 @@ static int plain_split(NfaTables *t, PlainConfig *plain) {
             if ((position_mask[i] = mask_index(t, p)) < 0) {
                 return -1;
             }
-            mask_ids[count++] = position_mask[i];
+            mask_ids[count++] = (uint64_t)position_mask[i];
         }
     }
-    count = sorted_distinct_masks(mask_ids, count);
+    count = sorted_distinct(mask_ids, count);
     PlainSplit *split = split_of(t, mask_ids, count);
     if (split == NULL) {
         return PyErr_Occurred() ? -1 : 0;
@@ -2976,7 +2968,7 @@ static int plain_split(NfaTables *t, PlainConfig *plain) {
             int32_t low = 0, high = count - 1;
             while (low < high) {
                 const int32_t middle = (low + high) / 2;
-                if (mask_ids[middle] < position_mask[i]) {
+                if (mask_ids[middle] < (uint64_t)position_mask[i]) {
                     low = middle + 1;
                 } else {
                     high = middle;
@@ -3296,6 +3288,15 @@ static int plain_fill(NfaTables *t, long config, int only, int end, const uint8_
     return PLAIN_DONE;
 }
 
+/* How many of a row's entries below ``end`` lead somewhere live. */
+static int live_entries(const int32_t *row, int end) {
+    int live = 0;
+    for (int b = 0; b < end; b++) {
+        live += row[b] >= 0;
+    }
+    return live;
+}
+
 /* ``plain_fill`` of one byte's entry: PLAIN_DONE with the entry in ``result``, PLAIN_ERROR
  * with ``result`` NULL, or PLAIN_GENERAL. */
 static int plain_entry(NfaTables *t, long config, int byte, PyObject **result) {
@@ -3441,12 +3442,7 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8
         return NULL;
     }
     if (plain == PLAIN_DONE) {
-        const int32_t *row = (const int32_t *)t->table_buffer.buf + (Py_ssize_t)config * 256;
-        int live = 0;
-        for (int b = 0; b < end; b++) {
-            live += row[b] >= 0;
-        }
-        return PyLong_FromLong(live);
+        return PyLong_FromLong(live_entries((const int32_t *)t->table_buffer.buf + (Py_ssize_t)config * 256, end));
     }
     RowWork work;
     const int status = open_row(t, config, -1, "fill_row", &work);
@@ -3469,10 +3465,7 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8
     if (result == Py_True) {
         /* Counted here, the row still at hand: the caller asking whether a configuration
          * goes on reads the count instead of the row. */
-        int live = 0;
-        for (int b = 0; b < end; b++) {
-            live += work.row[b] >= 0;
-        }
+        const int live = live_entries(work.row, end);
         close_row(&work);
         return PyLong_FromLong(live);
     }
@@ -3824,14 +3817,7 @@ static PyObject *split_bytes(PyObject *masks) {
         if (bits_of_int(PyTuple_GET_ITEM(masks, i), bits) < 0) {
             return NULL;
         }
-        /* Only the set bits: byte sets are mostly a few bytes or short ranges. */
-        for (int k = 0; k < 32; k++) {
-            for (unsigned value = bits[k], b = 8 * k; value; value >>= 1, b++) {
-                if (value & 1) {
-                    membership[b] |= (uint64_t)1 << i;
-                }
-            }
-        }
+        add_membership(bits, (int)i, membership);
     }
     uint64_t parts[256];
     Py_ssize_t num_parts = 0;
