@@ -125,6 +125,30 @@ static int tuple_cache_put(TupleCache *cache, const intptr_t key[4], PyObject *v
     return 0;
 }
 
+/* Plain items a closure has to expand, or has reached. */
+typedef struct {
+    uint64_t *values;
+    Py_ssize_t size, capacity;
+} ItemList;
+
+/* The plain items a closure has expanded: open addressing. A slot holds an item of the
+ * current closure only when its stamp is the current one, so that the next closure starts
+ * empty without clearing the slots. */
+typedef struct {
+    uint64_t *slots;
+    uint32_t *stamps;
+    uint32_t stamp;
+    Py_ssize_t capacity, used;
+} ItemSeen;
+
+/* What ``plain_successor`` works in, kept between calls: most of them would otherwise
+ * spend more in malloc and free than in the closure itself. ``busy`` while in use. */
+typedef struct {
+    ItemList work, closed;
+    ItemSeen seen;
+    int busy;
+} PlainScratch;
+
 /* The split of the bytes by a set of byte sets (those a plain configuration's positions
  * move by), shared by the configurations with that set: each byte's part (PLAIN_NO_PART in
  * no set), and each part's sets (bit j: mask_ids[j]) and bytes. */
@@ -225,9 +249,11 @@ typedef struct {
     PyObject **plain_origins;
     Py_ssize_t num_plain_origins, plain_origin_capacity;
     PyObject *plain_origin_numbers;
+    PlainScratch plain_scratch;
 } NfaTables;
 
 static void plain_free(NfaTables *t);
+static void plain_scratch_free(PlainScratch *scratch);
 
 static void tables_free(NfaTables *t) {
     if (t == NULL) {
@@ -2585,6 +2611,7 @@ static void plain_free(NfaTables *t) {
     Py_XDECREF(t->plain_origin_numbers);
     splits_clear(t);
     free(t->splits);
+    plain_scratch_free(&t->plain_scratch);
 }
 
 static uint64_t plain_item(int32_t origin, int32_t position) {
@@ -2993,12 +3020,6 @@ static uint64_t plain_movers(const PlainConfig *plain, int32_t part) {
     return movers;
 }
 
-/* Plain items a closure has to expand, or has reached. */
-typedef struct {
-    uint64_t *values;
-    Py_ssize_t size, capacity;
-} ItemList;
-
 static int item_list_add(ItemList *list, uint64_t value) {
     if (list->size == list->capacity) {
         const Py_ssize_t capacity = list->capacity ? list->capacity * 2 : 64;
@@ -3014,45 +3035,72 @@ static int item_list_add(ItemList *list, uint64_t value) {
     return 0;
 }
 
-/* The plain items a closure has expanded: open addressing, UINT64_MAX marking a free slot. */
-typedef struct {
-    uint64_t *slots;
-    Py_ssize_t capacity, used;
-} ItemSeen;
+/* Empty ``seen`` for the next closure. */
+static void item_seen_restart(ItemSeen *seen) {
+    seen->used = 0;
+    if (++seen->stamp == 0) {
+        /* The stamps wrapped around: slots of some long gone closure could look current. */
+        if (seen->stamps != NULL) {
+            memset(seen->stamps, 0, (size_t)seen->capacity * sizeof(uint32_t));
+        }
+        seen->stamp = 1;
+    }
+}
+
+static size_t item_seen_start(uint64_t item, Py_ssize_t capacity) {
+    return (size_t)((item * 0x9E3779B97F4A7C15ull) >> 32) & (size_t)(capacity - 1);
+}
 
 /* 1 when ``item`` is new (now held), 0 when held already, -1 out of memory. */
 static int item_seen_add(ItemSeen *seen, uint64_t item) {
+    if (seen->stamp == 0) {
+        seen->stamp = 1;
+    }
     if ((seen->used + 1) * 2 > seen->capacity) {
         const Py_ssize_t capacity = seen->capacity ? seen->capacity * 2 : 64;
         uint64_t *slots = (uint64_t *)malloc((size_t)capacity * sizeof(uint64_t));
-        if (slots == NULL) {
+        uint32_t *stamps = (uint32_t *)calloc((size_t)capacity, sizeof(uint32_t));
+        if (slots == NULL || stamps == NULL) {
+            free(slots);
+            free(stamps);
             PyErr_NoMemory();
             return -1;
         }
-        memset(slots, 0xFF, (size_t)capacity * sizeof(uint64_t));
         for (Py_ssize_t i = 0; i < seen->capacity; i++) {
-            if (seen->slots[i] != UINT64_MAX) {
-                size_t j = (size_t)((seen->slots[i] * 0x9E3779B97F4A7C15ull) >> 32) & (size_t)(capacity - 1);
-                while (slots[j] != UINT64_MAX) {
+            if (seen->stamps[i] == seen->stamp) {
+                size_t j = item_seen_start(seen->slots[i], capacity);
+                while (stamps[j] == seen->stamp) {
                     j = (j + 1) & (size_t)(capacity - 1);
                 }
                 slots[j] = seen->slots[i];
+                stamps[j] = seen->stamp;
             }
         }
         free(seen->slots);
+        free(seen->stamps);
         seen->slots = slots;
+        seen->stamps = stamps;
         seen->capacity = capacity;
     }
-    size_t j = (size_t)((item * 0x9E3779B97F4A7C15ull) >> 32) & (size_t)(seen->capacity - 1);
-    while (seen->slots[j] != UINT64_MAX) {
+    size_t j = item_seen_start(item, seen->capacity);
+    while (seen->stamps[j] == seen->stamp) {
         if (seen->slots[j] == item) {
             return 0;
         }
         j = (j + 1) & (size_t)(seen->capacity - 1);
     }
     seen->slots[j] = item;
+    seen->stamps[j] = seen->stamp;
     seen->used++;
     return 1;
+}
+
+static void plain_scratch_free(PlainScratch *scratch) {
+    free(scratch->work.values);
+    free(scratch->closed.values);
+    free(scratch->seen.slots);
+    free(scratch->seen.stamps);
+    memset(scratch, 0, sizeof(*scratch));
 }
 
 /* Put on ``work`` where a call (origin number ``origin``) of rule ``rule`` returns to, as the
@@ -3111,22 +3159,28 @@ static int plain_returns(NfaTables *t, int32_t origin, int32_t rule, ItemList *w
 #define PLAIN_GENERAL_SUCCESSOR (-3)
 
 static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t movers) {
-    ItemList work = {0}, closed = {0};
-    ItemSeen seen = {0};
+    /* A closure inside another (interning can run Python code) works in its own lists. */
+    PlainScratch nested = {0};
+    PlainScratch *scratch = t->plain_scratch.busy ? &nested : &t->plain_scratch;
+    scratch->busy = 1;
+    scratch->work.size = scratch->closed.size = 0;
+    item_seen_restart(&scratch->seen);
+    ItemList *work = &scratch->work, *closed = &scratch->closed;
+    ItemSeen *seen = &scratch->seen;
     long result = PLAIN_GENERAL_SUCCESSOR;
     for (int32_t i = 0; i < plain->count; i++) {
         if (movers >> i & 1) {
             const uint64_t item = plain->items[i];
-            if (item_list_add(&work, plain_item(item_origin(item), t->out[item_position(item)])) < 0) {
+            if (item_list_add(work, plain_item(item_origin(item), t->out[item_position(item)])) < 0) {
                 result = -2;
                 goto done;
             }
         }
     }
     /* The closure: what epsilon moves and returns from calls reach, all plain. */
-    while (work.size) {
-        const uint64_t item = work.values[--work.size];
-        const int added = item_seen_add(&seen, item);
+    while (work->size) {
+        const uint64_t item = work->values[--work->size];
+        const int added = item_seen_add(seen, item);
         if (added <= 0) {
             if (added < 0) {
                 result = -2;
@@ -3145,9 +3199,9 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
             const int32_t q = reached[j];
             int status;
             if (plain_position(t, q)) {
-                status = item_list_add(&closed, plain_item(origin, q));
+                status = item_list_add(closed, plain_item(origin, q));
             } else if (t->kind[q] == K_END && origin != 0) {
-                status = plain_returns(t, origin, t->arg[q], &work);
+                status = plain_returns(t, origin, t->arg[q], work);
             } else {
                 status = 1;  /* a call, a watch, a counter: the general way's */
             }
@@ -3157,7 +3211,7 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
             }
         }
     }
-    const int32_t count = sorted_distinct(closed.values, (int32_t)closed.size);
+    const int32_t count = sorted_distinct(closed->values, (int32_t)closed->size);
     if (count == 0) {
         result = -1;
         goto done;
@@ -3165,8 +3219,8 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
     if (count > PLAIN_MAX_ITEMS || count > t->max_items) {
         goto done;  /* PLAIN_GENERAL_SUCCESSOR */
     }
-    const uint64_t hash = plain_hash(closed.values, count);
-    PlainSlot *slot = plain_slot(t, hash, closed.values, count);
+    const uint64_t hash = plain_hash(closed->values, count);
+    PlainSlot *slot = plain_slot(t, hash, closed->values, count);
     if (slot != NULL && slot->config >= 0) {
         result = slot->config;
         goto done;
@@ -3179,7 +3233,7 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
         goto done;
     }
     for (int32_t i = 0; i < count; i++) {
-        const uint64_t value = closed.values[i];
+        const uint64_t value = closed->values[i];
         PyObject *item = item_of(t, item_position(value), origin_object(t, item_origin(value)), Py_None, Py_None);
         if (item == NULL || add_item(items, item, &any_tracked) < 0) {
             Py_XDECREF(item);
@@ -3199,13 +3253,15 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
     } else if (config < 0) {
         result = PLAIN_GENERAL_SUCCESSOR;  /* past max_configs: the general way raises */
     } else {
-        result = plain_register(t, config, closed.values, count) < 0 ? -2 : config;
+        result = plain_register(t, config, closed->values, count) < 0 ? -2 : config;
     }
 
 done:
-    free(work.values);
-    free(closed.values);
-    free(seen.slots);
+    if (scratch == &nested) {
+        plain_scratch_free(&nested);
+    } else {
+        scratch->busy = 0;
+    }
     return result;
 }
 /* Fill the unknown entries of ``config``'s row for byte ``only`` (when not negative), else
