@@ -141,6 +141,16 @@ typedef struct {
     Py_ssize_t capacity, used;
 } ItemSeen;
 
+/* Memory that lives as long as the tables: plain configurations, made by the thousand on
+ * a walk and never freed before the automaton is, are carved from chunks of it. */
+typedef struct ArenaChunk {
+    struct ArenaChunk *next;
+    size_t used, size;
+    uint64_t data[];
+} ArenaChunk;
+
+#define ARENA_CHUNK_BYTES (64 * 1024)
+
 /* What ``plain_successor`` works in, kept between calls: most of them would otherwise
  * spend more in malloc and free than in the closure itself. ``busy`` while in use. */
 typedef struct {
@@ -250,10 +260,40 @@ typedef struct {
     Py_ssize_t num_plain_origins, plain_origin_capacity;
     PyObject *plain_origin_numbers;
     PlainScratch plain_scratch;
+    ArenaChunk *arena;
 } NfaTables;
 
 static void plain_free(NfaTables *t);
 static void plain_scratch_free(PlainScratch *scratch);
+
+/* ``bytes`` of zeroed memory freed with the tables, 8-byte aligned; NULL with an
+ * exception set. */
+static void *arena_alloc(NfaTables *t, size_t bytes) {
+    const size_t words = (bytes + 7) / 8;
+    ArenaChunk *chunk = t->arena;
+    if (chunk == NULL || chunk->size - chunk->used < words) {
+        const size_t size = words > ARENA_CHUNK_BYTES / 8 ? words : ARENA_CHUNK_BYTES / 8;
+        chunk = (ArenaChunk *)calloc(1, sizeof(ArenaChunk) + size * 8);
+        if (chunk == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        chunk->size = size;
+        chunk->next = t->arena;
+        t->arena = chunk;
+    }
+    void *found = chunk->data + chunk->used;
+    chunk->used += words;
+    return found;
+}
+
+static void arena_free(NfaTables *t) {
+    while (t->arena != NULL) {
+        ArenaChunk *next = t->arena->next;
+        free(t->arena);
+        t->arena = next;
+    }
+}
 
 static void tables_free(NfaTables *t) {
     if (t == NULL) {
@@ -1817,7 +1857,16 @@ PyObject *bind_containers(PyObject *self, PyObject *args) {
 #define SUCCESSOR_TOO_MANY_ITEMS (-10)
 #define SUCCESSOR_TOO_MANY_CONFIGS (-11)
 
+static long intern_items_of(NfaTables *t, PyObject *items, int plain_accepting);
+
 static long intern_items(NfaTables *t, PyObject *items) {
+    return intern_items_of(t, items, -1);
+}
+
+/* ``intern_items`` of items known to be plain when ``plain_accepting`` is not negative
+ * (then whether one of them accepts): they make no calls, so their callers table is None
+ * and nothing of them needs reading back. */
+static long intern_items_of(NfaTables *t, PyObject *items, int plain_accepting) {
     PyObject *found = PyDict_GetItemWithError(t->index, items);
     if (found != NULL) {
         return PyLong_AsLong(found);
@@ -1829,11 +1878,14 @@ static long intern_items(NfaTables *t, PyObject *items) {
     if (config >= t->max_configs) {
         return SUCCESSOR_TOO_MANY_CONFIGS;
     }
-    int accepting;
-    PyObject *callers, *number = PyLong_FromSsize_t(config);
-    if (number == NULL || intern_info_of(t, items, &accepting, &callers) < 0) {
+    int accepting = plain_accepting;
+    PyObject *callers = Py_None, *number = PyLong_FromSsize_t(config);
+    if (number == NULL || (plain_accepting < 0 && intern_info_of(t, items, &accepting, &callers) < 0)) {
         Py_XDECREF(number);
         return -1;
+    }
+    if (plain_accepting >= 0) {
+        Py_INCREF(callers);
     }
     PyObject *context = NULL;
     if (callers == Py_None) {
@@ -2580,7 +2632,6 @@ static void split_release(PlainSplit *split) {
 
 static void plain_drop_split(PlainConfig *plain) {
     split_release(plain->split);
-    free(plain->mask_movers);
     plain->split = NULL;
     plain->mask_movers = NULL;
 }
@@ -2597,9 +2648,7 @@ static void plain_free(NfaTables *t) {
     for (Py_ssize_t c = 0; c < t->plain_capacity; c++) {
         PlainConfig *plain = t->plain[c];
         if (plain != NULL && plain != NOT_PLAIN) {
-            free(plain->items);
             plain_drop_split(plain);
-            free(plain);
         }
     }
     free(t->plain);
@@ -2612,6 +2661,7 @@ static void plain_free(NfaTables *t) {
     splits_clear(t);
     free(t->splits);
     plain_scratch_free(&t->plain_scratch);
+    arena_free(t);
 }
 
 static uint64_t plain_item(int32_t origin, int32_t position) {
@@ -2770,12 +2820,9 @@ static int plain_register(NfaTables *t, long config, const uint64_t *items, int3
     if (t->plain[config] != NULL) {
         return 0;
     }
-    PlainConfig *plain = (PlainConfig *)calloc(1, sizeof(PlainConfig));
-    uint64_t *copy = (uint64_t *)malloc((size_t)(count ? count : 1) * sizeof(uint64_t));
-    if (plain == NULL || copy == NULL) {
-        free(plain);
-        free(copy);
-        PyErr_NoMemory();
+    PlainConfig *plain = (PlainConfig *)arena_alloc(t, sizeof(PlainConfig));
+    uint64_t *copy = plain == NULL ? NULL : (uint64_t *)arena_alloc(t, (size_t)count * sizeof(uint64_t));
+    if (copy == NULL) {
         return -1;
     }
     memcpy(copy, items, (size_t)count * sizeof(uint64_t));
@@ -2795,8 +2842,19 @@ static int uint64_order(const void *left, const void *right) {
 }
 /* Sort ``values`` and drop repeats: how many are left. */
 static int32_t sorted_distinct(uint64_t *values, int32_t count) {
-    if (count > 1) {
+    if (count > 32) {
         qsort(values, (size_t)count, sizeof(uint64_t), uint64_order);
+    } else {
+        /* Most sets here are a few items: qsort's merge buffer costs more than sorting them. */
+        for (int32_t i = 1; i < count; i++) {
+            const uint64_t value = values[i];
+            int32_t j = i;
+            while (j > 0 && values[j - 1] > value) {
+                values[j] = values[j - 1];
+                j--;
+            }
+            values[j] = value;
+        }
     }
     int32_t kept = 0;
     for (int32_t i = 0; i < count; i++) {
@@ -2984,10 +3042,10 @@ static int plain_split(NfaTables *t, PlainConfig *plain) {
     if (split == NULL) {
         return PyErr_Occurred() ? -1 : 0;
     }
-    uint64_t *mask_movers = (uint64_t *)calloc((size_t)(count ? count : 1), sizeof(uint64_t));
+    /* Kept after the row is written (a few words a configuration): no free on the way. */
+    uint64_t *mask_movers = (uint64_t *)arena_alloc(t, (size_t)(count ? count : 1) * sizeof(uint64_t));
     if (mask_movers == NULL) {
         split_release(split);
-        PyErr_NoMemory();
         return -1;
     }
     for (int32_t i = 0; i < plain->count; i++) {
@@ -3232,8 +3290,10 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
         result = -2;
         goto done;
     }
+    int accepting = 0;
     for (int32_t i = 0; i < count; i++) {
         const uint64_t value = closed->values[i];
+        accepting |= t->kind[item_position(value)] == K_ACCEPT;
         PyObject *item = item_of(t, item_position(value), origin_object(t, item_origin(value)), Py_None, Py_None);
         if (item == NULL || add_item(items, item, &any_tracked) < 0) {
             Py_XDECREF(item);
@@ -3246,7 +3306,7 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
     if (!any_tracked) {
         PyObject_GC_UnTrack(items);  /* as ``plain_frozenset`` */
     }
-    const long config = intern_items(t, items);
+    const long config = intern_items_of(t, items, accepting);
     Py_DECREF(items);
     if (config == -1 && PyErr_Occurred()) {
         result = -2;
