@@ -3109,11 +3109,9 @@ static size_t item_seen_start(uint64_t item, Py_ssize_t capacity) {
     return (size_t)((item * 0x9E3779B97F4A7C15ull) >> 32) & (size_t)(capacity - 1);
 }
 
-/* 1 when ``item`` is new (now held), 0 when held already, -1 out of memory. */
+/* 1 when ``item`` is new (now held), 0 when held already, -1 out of memory; ``seen`` is
+ * restarted (``item_seen_restart``) before a closure's first item. */
 static int item_seen_add(ItemSeen *seen, uint64_t item) {
-    if (seen->stamp == 0) {
-        seen->stamp = 1;
-    }
     if ((seen->used + 1) * 2 > seen->capacity) {
         const Py_ssize_t capacity = seen->capacity ? seen->capacity * 2 : 64;
         uint64_t *slots = (uint64_t *)malloc((size_t)capacity * sizeof(uint64_t));
