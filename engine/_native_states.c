@@ -2601,15 +2601,16 @@ static PyObject *fill_part(NfaTables *t, RowWork *work, Py_ssize_t part) {
 /* ------------------------------------------------------------------ plain configurations */
 
 /* Most configurations a mask walk builds hold only byte positions (without watches or
- * except! positions) and accepting ones, with no token states: a key's prefix, a string's
- * characters, a number's digits. Their items are (origin, position) pairs, the origins few
- * (the calls they sit in, or none). Moving them by a byte reads no Python object: the
- * positions whose byte sets hold it move on, and close through epsilon moves and returns
- * from calls to byte and accepting positions again. Such configurations are kept here as
- * sorted numbers (``plain_item``) and their successors found in that form; only a new one
- * is made into Python items and interned, as any other. A closure meeting anything else (a
- * call, a watch, a counter), or a grammar with searches' tails, goes the general way, which
- * computes the same successor. */
+ * except! positions) and accepting ones, with no token state but a repetition count: a
+ * key's prefix, a string's characters (under a maxLength, counted), a number's digits.
+ * Their items are (origin, count, position) triples, the origins few (the calls they sit
+ * in, or none). Moving them by a byte reads no Python object: the positions whose byte sets
+ * hold it move on, and close through epsilon moves, counted repetitions' entries and hubs,
+ * and returns from calls to byte and accepting positions again. Such configurations are
+ * kept here as sorted numbers (``plain_item``) and their successors found in that form;
+ * only a new one is made into Python items and interned, as any other. A closure meeting
+ * anything else (a call, a watch, an except! or intersection, a search's tail start) goes
+ * the general way, which computes the same successor. */
 
 #define NOT_PLAIN ((PlainConfig *)1)
 #define PLAIN_NO_PART 255
@@ -2664,20 +2665,36 @@ static void plain_free(NfaTables *t) {
     arena_free(t);
 }
 
-static uint64_t plain_item(int32_t origin, int32_t position) {
-    return (uint64_t)(uint32_t)origin << 32 | (uint32_t)position;
+/* A plain item packs its origin's number, its repetition count (0: none, else the count
+ * plus one) and its position into 64 bits; past these bounds items go the general way. */
+#define PLAIN_POSITION_BITS 24
+#define PLAIN_COUNT_BITS 16
+#define PLAIN_MAX_POSITION ((int32_t)1 << PLAIN_POSITION_BITS)
+#define PLAIN_MAX_COUNT_TAG (((int32_t)1 << PLAIN_COUNT_BITS) - 1)
+#define PLAIN_MAX_ORIGINS ((Py_ssize_t)1 << (64 - PLAIN_POSITION_BITS - PLAIN_COUNT_BITS - 1))
+/* plain_origin's answer for an origin past PLAIN_MAX_ORIGINS. */
+#define PLAIN_ORIGIN_OVER (-3)
+
+static uint64_t plain_item(int32_t origin, int32_t count_tag, int32_t position) {
+    return (uint64_t)(uint32_t)origin << (PLAIN_POSITION_BITS + PLAIN_COUNT_BITS) |
+           (uint64_t)(uint32_t)count_tag << PLAIN_POSITION_BITS | (uint32_t)position;
 }
 
 static int32_t item_position(uint64_t item) {
-    return (int32_t)(uint32_t)item;
+    return (int32_t)(item & (PLAIN_MAX_POSITION - 1));
+}
+
+static int32_t item_count_tag(uint64_t item) {
+    return (int32_t)(item >> PLAIN_POSITION_BITS & PLAIN_MAX_COUNT_TAG);
 }
 
 static int32_t item_origin(uint64_t item) {
-    return (int32_t)(item >> 32);
+    return (int32_t)(item >> (PLAIN_POSITION_BITS + PLAIN_COUNT_BITS));
 }
 
 /* The number of ``origin`` (None or a pair naming no SELF: a borrowed reference) among
- * the origins plain items name, given one if new; -1 with an exception set. */
+ * the origins plain items name, given one if new; PLAIN_ORIGIN_OVER past as many as an item
+ * holds, -1 with an exception set. */
 static int32_t plain_origin(NfaTables *t, PyObject *origin) {
     if (t->plain_origin_numbers == NULL) {
         if ((t->plain_origin_numbers = PyDict_New()) == NULL) {
@@ -2697,6 +2714,9 @@ static int32_t plain_origin(NfaTables *t, PyObject *origin) {
     }
     if (PyErr_Occurred()) {
         return -1;
+    }
+    if (t->num_plain_origins >= PLAIN_MAX_ORIGINS) {
+        return PLAIN_ORIGIN_OVER;
     }
     if (t->num_plain_origins + 1 >= t->plain_origin_capacity) {
         const Py_ssize_t capacity = t->plain_origin_capacity ? t->plain_origin_capacity * 2 : 64;
@@ -2831,9 +2851,12 @@ static int plain_register(NfaTables *t, long config, const uint64_t *items, int3
     t->plain[config] = plain;
     return plain_index_add(t, config);
 }
-/* Whether position ``p`` may stand in a plain configuration. */
+/* Whether position ``p`` may stand in a plain configuration. A search's tail start may
+ * not: a closure holding every start drops items (``without_subsumed``); one holding none
+ * drops nothing, so it needs no general way. */
 static int plain_position(const NfaTables *t, int32_t p) {
-    return t->kind[p] == K_ACCEPT || (t->kind[p] == K_BYTE && t->arg[p] < 0);
+    return (t->kind[p] == K_ACCEPT || (t->kind[p] == K_BYTE && t->arg[p] < 0)) &&
+           (t->tail_start == NULL || t->tail_start[p] < 0);
 }
 
 static int uint64_order(const void *left, const void *right) {
@@ -2864,6 +2887,23 @@ static int32_t sorted_distinct(uint64_t *values, int32_t count) {
     }
     return kept;
 }
+/* The count tag of a plain item with token state ``state``: 0 for None, the count plus one
+ * for a repetition count within PLAIN_COUNT_BITS, else -1 (no plain item holds it). */
+static int32_t plain_count_tag(PyObject *state) {
+    if (state == Py_None) {
+        return 0;
+    }
+    if (!PyLong_CheckExact(state)) {
+        return -1;
+    }
+    const long count = PyLong_AsLong(state);
+    if (count < 0 || count >= PLAIN_MAX_COUNT_TAG) {
+        PyErr_Clear();  /* an overflow is only too large a count */
+        return -1;
+    }
+    return (int32_t)count + 1;
+}
+
 /* The plain form of ``config`` (NOT_PLAIN when it has none, read off its items the first
  * time), or NULL with an exception set. */
 static PlainConfig *plain_config_of(NfaTables *t, long config) {
@@ -2876,7 +2916,8 @@ static PlainConfig *plain_config_of(NfaTables *t, long config) {
     PyObject *items = PyList_GET_ITEM(t->configs, config);
     uint64_t found[PLAIN_MAX_ITEMS];
     int32_t count = 0;
-    int plain = !t->num_searches && PyAnySet_Check(items) && PySet_GET_SIZE(items) <= PLAIN_MAX_ITEMS;
+    /* Every position of a grammar this size fits a plain item. */
+    int plain = t->size <= PLAIN_MAX_POSITION && PyAnySet_Check(items) && PySet_GET_SIZE(items) <= PLAIN_MAX_ITEMS;
     PyObject *iterator = plain ? PyObject_GetIter(items) : NULL, *item;
     if (plain && iterator == NULL) {
         return NULL;
@@ -2884,9 +2925,9 @@ static PlainConfig *plain_config_of(NfaTables *t, long config) {
     while (plain && (item = PyIter_Next(iterator)) != NULL) {
         int32_t p;
         PyObject *o, *w, *state;
-        int32_t origin = 0;
+        int32_t origin = 0, count_tag = -1;
         int status = unpack_item(t, item, &p, &o, &w, &state);
-        plain = status == 0 && w == Py_None && state == Py_None && plain_position(t, p);
+        plain = status == 0 && w == Py_None && plain_position(t, p) && (count_tag = plain_count_tag(state)) >= 0;
         if (plain && o != Py_None) {
             PyObject *call_watch;
             long origin_config;
@@ -2894,7 +2935,8 @@ static PlainConfig *plain_config_of(NfaTables *t, long config) {
             plain = self_call == 0;
             status = self_call < 0 ? -1 : status;
             if (plain && (origin = plain_origin(t, o)) < 0) {
-                status = -1;
+                plain = 0;
+                status = origin == PLAIN_ORIGIN_OVER ? status : -1;
             }
         }
         Py_DECREF(item);  /* the fields stay alive through the configuration's items */
@@ -2903,7 +2945,7 @@ static PlainConfig *plain_config_of(NfaTables *t, long config) {
             return NULL;
         }
         if (plain) {
-            found[count++] = plain_item(origin, p);
+            found[count++] = plain_item(origin, count_tag, p);
         }
     }
     Py_XDECREF(iterator);
@@ -3201,9 +3243,40 @@ static int plain_returns(NfaTables *t, int32_t origin, int32_t rule, ItemList *w
             }
         }
         const int32_t number = plain_origin(t, returned_origin);
-        if (number < 0 || item_list_add(work, plain_item(number, (int32_t)ret)) < 0) {
+        if (number == PLAIN_ORIGIN_OVER) {
+            return 1;
+        }
+        if (number < 0 || item_list_add(work, plain_item(number, 0, (int32_t)ret)) < 0) {
             return -1;
         }
+    }
+    return 0;
+}
+
+/* The items a counted repetition's entry or hub ``q`` moves on to from an item of
+ * ``origin`` with ``count_tag`` (as the general closure: into the body with the count of
+ * iterations finished, past it from the least count on), added to ``work``: 0, 1 where a
+ * count does not fit a plain item, -1 on failure. */
+static int plain_count_moves(NfaTables *t, int32_t q, int32_t origin, int32_t count_tag, ItemList *work) {
+    const int32_t counter = t->arg[q];
+    /* The iterations finished: none at the entry, at a hub the count so far plus this one. */
+    long done = 0;
+    if (t->kind[q] == K_COUNT_HUB) {
+        if (count_tag == 0) {
+            return 1;  /* a hub outside its body: the general way raises */
+        }
+        done = count_tag;
+    }
+    if (t->kind[q] == K_COUNT_ENTER || done < t->counter_high[counter]) {
+        if (done + 1 > PLAIN_MAX_COUNT_TAG) {
+            return 1;
+        }
+        if (item_list_add(work, plain_item(origin, (int32_t)done + 1, t->out[q])) < 0) {
+            return -1;
+        }
+    }
+    if (done >= t->counter_low[counter] && item_list_add(work, plain_item(origin, 0, t->after[q])) < 0) {
+        return -1;
     }
     return 0;
 }
@@ -3227,7 +3300,8 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
     for (int32_t i = 0; i < plain->count; i++) {
         if (movers >> i & 1) {
             const uint64_t item = plain->items[i];
-            if (item_list_add(work, plain_item(item_origin(item), t->out[item_position(item)])) < 0) {
+            const uint64_t moved = plain_item(item_origin(item), item_count_tag(item), t->out[item_position(item)]);
+            if (item_list_add(work, moved) < 0) {
                 result = -2;
                 goto done;
             }
@@ -3244,7 +3318,7 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
             }
             continue;
         }
-        const int32_t origin = item_origin(item);
+        const int32_t origin = item_origin(item), count_tag = item_count_tag(item);
         const int32_t *reached;
         int32_t reached_count;
         if (local_closure(t, item_position(item), &reached, &reached_count) < 0) {
@@ -3255,11 +3329,13 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
             const int32_t q = reached[j];
             int status;
             if (plain_position(t, q)) {
-                status = item_list_add(closed, plain_item(origin, q));
+                status = item_list_add(closed, plain_item(origin, count_tag, q));
             } else if (t->kind[q] == K_END && origin != 0) {
                 status = plain_returns(t, origin, t->arg[q], work);
+            } else if (t->kind[q] == K_COUNT_ENTER || t->kind[q] == K_COUNT_HUB) {
+                status = plain_count_moves(t, q, origin, count_tag, work);
             } else {
-                status = 1;  /* a call, a watch, a counter: the general way's */
+                status = 1;  /* a call, a watch, an except! or intersection: the general way's */
             }
             if (status != 0) {
                 result = status < 0 ? -2 : PLAIN_GENERAL_SUCCESSOR;
@@ -3292,7 +3368,11 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
     for (int32_t i = 0; i < count; i++) {
         const uint64_t value = closed->values[i];
         accepting |= t->kind[item_position(value)] == K_ACCEPT;
-        PyObject *item = item_of(t, item_position(value), origin_object(t, item_origin(value)), Py_None, Py_None);
+        const int32_t count_tag = item_count_tag(value);
+        PyObject *state = count_tag ? count_object(t, count_tag - 1) : Py_NewRef(Py_None);
+        PyObject *item = state == NULL ? NULL :
+            item_of(t, item_position(value), origin_object(t, item_origin(value)), Py_None, state);
+        Py_XDECREF(state);  /* the item holds it */
         if (item == NULL || add_item(items, item, &any_tracked) < 0) {
             Py_XDECREF(item);
             Py_DECREF(items);
@@ -3329,7 +3409,7 @@ done:
  * With ``need_room``, no part is filled while the table has no spare row for a new
  * configuration (the general way returns for Python to grow it). */
 static int plain_fill(NfaTables *t, long config, int only, int end, const uint8_t *wanted, int need_room) {
-    if (t->num_searches || config < 0 || config >= PyList_GET_SIZE(t->configs)) {
+    if (config < 0 || config >= PyList_GET_SIZE(t->configs)) {
         return PLAIN_GENERAL;
     }
     PlainConfig *plain = plain_config_of(t, config);

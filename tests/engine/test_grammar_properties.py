@@ -45,6 +45,9 @@ GRAMMARS = {
     "utf8": "start ::= #'[α-ω]+' ('·' #'[^a-z]')* '!';",
     "hidden_left_recursion": "a ::= b 'x' | 'y'; b ::= 'z'? a;",
     "complement": "start ::= intersect!(#'[a-c]{0,6}', complement!(#'.*ab.*' | 'c'+)) ('-' start)?;",
+    # Counted repetitions (at least COUNTER_MIN copies: an iteration counter, not unrolled),
+    # inside a called rule, with multi-byte characters and required copies counted.
+    "counted": "start ::= (item ',')* item; item ::= '\"' #'[a-cé]{2,6}' '\"' | '[' start ']' | #'x{4,}' | #'[0-9]{0,5}';",
 }
 
 
