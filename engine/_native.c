@@ -1042,6 +1042,7 @@ static PyMethodDef native_methods[] = {
     {"bind", bind_containers, METH_VARARGS, bind_doc},
     {"successor", part_successor, METH_VARARGS, successor_doc},
     {"utf8_agrees", utf8_agrees, METH_VARARGS, utf8_agrees_doc},
+    {"utf8_agrees_config", utf8_agrees_config, METH_VARARGS, utf8_agrees_config_doc},
     {"entry", entry, METH_VARARGS, entry_doc},
     {"fill_row", fill_row, METH_VARARGS, fill_row_doc},
     {"count_shifted", count_shifted, METH_VARARGS, count_shifted_doc},

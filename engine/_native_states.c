@@ -3670,14 +3670,16 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8
 
 /* ``build`` under the automaton's lock: configurations are built by one thread at a time,
  * whether here or in Python. */
-static PyObject *locked(NfaTables *t, PyObject *(*build)(NfaTables *, long, int, const uint8_t *), long config, int byte,
-                        const uint8_t *wanted) {
+/* Take the tables' lock (``bind``'s): 0, -1 with an exception set. */
+static int tables_lock(NfaTables *t) {
     PyObject *acquired = PyObject_CallNoArgs(t->lock_acquire);
-    if (acquired == NULL) {
-        return NULL;
-    }
-    Py_DECREF(acquired);
-    PyObject *result = build(t, config, byte, wanted);
+    Py_XDECREF(acquired);
+    return acquired == NULL ? -1 : 0;
+}
+
+/* Release the tables' lock, keeping whatever exception is set; ``result`` back, or NULL
+ * (``result`` dropped) when releasing fails. */
+static PyObject *tables_unlock(NfaTables *t, PyObject *result) {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
     PyObject *released = PyObject_CallNoArgs(t->lock_release);
@@ -3689,6 +3691,140 @@ static PyObject *locked(NfaTables *t, PyObject *(*build)(NfaTables *, long, int,
     Py_DECREF(released);
     PyErr_Restore(type, value, traceback);
     return result;
+}
+
+/* The plain items any byte of low..high moves ``items`` to, sorted and distinct in ``out``:
+ * 1, 0 when the range splits a byte set (no single answer), -1 on failure. With
+ * ``closing``, each item's position is closed first, and the closure must reach plain byte
+ * positions only (else 0), as ``plain_items_after``; without, the items are a plain
+ * configuration's own, as ``items_after_range`` reads its scan. */
+static int plain_items_by_range(NfaTables *t, const uint64_t *items, Py_ssize_t count, int closing, int low, int high,
+                                ItemList *out) {
+    out->size = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const int32_t origin = item_origin(items[i]), count_tag = item_count_tag(items[i]);
+        int32_t own = item_position(items[i]), reached_count = 1;
+        const int32_t *reached = &own;
+        if (closing && local_closure(t, own, &reached, &reached_count) < 0) {
+            return -1;
+        }
+        for (int32_t k = 0; k < reached_count; k++) {
+            const int32_t q = reached[k];
+            if (closing && (t->kind[q] != K_BYTE || t->arg[q] >= 0)) {
+                return 0;
+            }
+            if (!t->scans[q]) {
+                continue;
+            }
+            const int32_t index = mask_index(t, q);
+            if (index < 0) {
+                return -1;
+            }
+            const int meets = range_meets(t->mask_bits[index], low, high);
+            if (meets == RANGE_SPLIT) {
+                return 0;
+            }
+            if (meets == RANGE_HELD && item_list_add(out, plain_item(origin, count_tag, t->out[q])) < 0) {
+                return -1;
+            }
+        }
+    }
+    out->size = sorted_distinct(out->values, (int32_t)out->size);
+    return 1;
+}
+
+/* ``characters_agree`` for a plain configuration, on its plain items: 1, 0, -1. */
+static int plain_characters_agree(NfaTables *t, const PlainConfig *plain, int ascii_byte, PyObject *forms,
+                                  ItemList lists[3]) {
+    ItemList *target = &lists[0];
+    int agrees = plain_items_by_range(t, plain->items, plain->count, 0, ascii_byte, ascii_byte, target);
+    if (agrees <= 0 || target->size == 0) {
+        return agrees < 0 ? -1 : 0;
+    }
+    for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(forms); f++) {
+        PyObject *form = PyTuple_GET_ITEM(forms, f), *continuations;
+        int lead_low, lead_high;
+        if (!PyTuple_Check(form) || PyTuple_GET_SIZE(form) != 2 ||
+            !PyTuple_Check(continuations = PyTuple_GET_ITEM(form, 1)) ||
+            byte_range(PyTuple_GET_ITEM(form, 0), &lead_low, &lead_high) < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "utf8_agrees: a form is not (lead range, continuation ranges)");
+            }
+            return -1;
+        }
+        ItemList *kernel = &lists[1], *next = &lists[2];
+        if ((agrees = plain_items_by_range(t, plain->items, plain->count, 0, lead_low, lead_high, kernel)) <= 0) {
+            return agrees;
+        }
+        for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(continuations); c++) {
+            int low, high;
+            if (byte_range(PyTuple_GET_ITEM(continuations, c), &low, &high) < 0) {
+                return -1;
+            }
+            if (kernel->size == 0) {
+                return 0;  /* the character dies where the ASCII byte lives */
+            }
+            if ((agrees = plain_items_by_range(t, kernel->values, kernel->size, 1, low, high, next)) <= 0) {
+                return agrees;
+            }
+            ItemList *swap = kernel;
+            kernel = next;
+            next = swap;
+        }
+        if (kernel->size != target->size ||
+            memcmp(kernel->values, target->values, (size_t)kernel->size * sizeof(uint64_t)) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+const char utf8_agrees_config_doc[] = (
+"utf8_agrees_config(tables, config, ascii_byte, forms)\n"
+"\n"
+"``utf8_agrees`` read off a plain configuration's own items, without its scan: True or\n"
+"False, or None when ``config`` is not plain (its scan answers).");
+
+PyObject *utf8_agrees_config(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *forms;
+    long config;
+    int ascii_byte;
+    if (!PyArg_ParseTuple(args, "OliO!:utf8_agrees_config", &capsule, &config, &ascii_byte, &PyTuple_Type, &forms)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, "utf8_agrees_config") < 0) {
+        return NULL;
+    }
+    if (ascii_byte < 0 || ascii_byte > 255 || config < 0 || config >= PyList_GET_SIZE(t->configs)) {
+        PyErr_SetString(PyExc_ValueError, "utf8_agrees_config: no such configuration or byte");
+        return NULL;
+    }
+    if (tables_lock(t) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    ItemList lists[3] = {{NULL, 0, 0}, {NULL, 0, 0}, {NULL, 0, 0}};
+    PlainConfig *plain = plain_config_of(t, config);
+    if (plain == NOT_PLAIN) {
+        result = Py_NewRef(Py_None);
+    } else if (plain != NULL) {
+        const int agrees = plain_characters_agree(t, plain, ascii_byte, forms, lists);
+        result = agrees < 0 ? NULL : PyBool_FromLong(agrees);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(lists[i].values);
+    }
+    return tables_unlock(t, result);
+}
+
+static PyObject *locked(NfaTables *t, PyObject *(*build)(NfaTables *, long, int, const uint8_t *), long config, int byte,
+                        const uint8_t *wanted) {
+    if (tables_lock(t) < 0) {
+        return NULL;
+    }
+    return tables_unlock(t, build(t, config, byte, wanted));
 }
 
 PyObject *entry(PyObject *self, PyObject *args) {

@@ -2476,6 +2476,11 @@ class ByteAutomaton:
         return found
 
     def _utf8_kernels_agree(self, config: int, ascii_byte: int) -> bool:
+        if self._native is not None:
+            # A plain configuration answers from its native items, with no scan made.
+            found = native.states.utf8_agrees_config(self._native, config, ascii_byte, _UTF8_FORMS)
+            if found is not None:
+                return found
         # The items by byte set alone: the row's split is not read.
         scan = self._scans.get(config)
         by_mask = scan[0] if scan is not None else self._plain_scans(config)
