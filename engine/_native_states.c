@@ -1369,38 +1369,43 @@ static int bits_of_int(PyObject *mask, uint8_t bits[32]) {
 }
 
 /* The index of position ``p``'s mask among the distinct masks, -1 on error. */
+/* The index in ``mask_bits`` of the byte set ``mask`` (a 256-bit int), given one if new; -1
+ * with an exception set. */
+static int32_t mask_number(NfaTables *t, PyObject *mask) {
+    PyObject *found = PyDict_GetItemWithError(t->mask_ids, mask);
+    if (found != NULL) {
+        return (int32_t)PyLong_AsLong(found);
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    const long index = (long)PyDict_GET_SIZE(t->mask_ids);
+    if (index >= t->mask_bits_capacity) {
+        Py_ssize_t capacity = t->mask_bits_capacity ? t->mask_bits_capacity * 2 : 64;
+        uint8_t (*grown)[32] = realloc(t->mask_bits, (size_t)capacity * 32);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->mask_bits = grown;
+        t->mask_bits_capacity = capacity;
+    }
+    if (bits_of_int(mask, t->mask_bits[index]) < 0) {
+        return -1;
+    }
+    PyObject *number = PyLong_FromLong(index);
+    int status = number == NULL ? -1 : PyDict_SetItem(t->mask_ids, mask, number);
+    Py_XDECREF(number);
+    return status < 0 ? -1 : (int32_t)index;
+}
+
 static int32_t mask_index(NfaTables *t, int32_t p) {
     if (t->mask_id[p] < 0) {
-        PyObject *mask = PyList_GET_ITEM(t->masks, p);
-        PyObject *found = PyDict_GetItemWithError(t->mask_ids, mask);
-        long index;
-        if (found != NULL) {
-            index = PyLong_AsLong(found);
-        } else if (PyErr_Occurred()) {
+        const int32_t index = mask_number(t, PyList_GET_ITEM(t->masks, p));
+        if (index < 0) {
             return -1;
-        } else {
-            index = (long)PyDict_GET_SIZE(t->mask_ids);
-            if (index >= t->mask_bits_capacity) {
-                Py_ssize_t capacity = t->mask_bits_capacity ? t->mask_bits_capacity * 2 : 64;
-                uint8_t (*grown)[32] = realloc(t->mask_bits, (size_t)capacity * 32);
-                if (grown == NULL) {
-                    PyErr_NoMemory();
-                    return -1;
-                }
-                t->mask_bits = grown;
-                t->mask_bits_capacity = capacity;
-            }
-            if (bits_of_int(mask, t->mask_bits[index]) < 0) {
-                return -1;
-            }
-            PyObject *number = PyLong_FromLong(index);
-            int status = number == NULL ? -1 : PyDict_SetItem(t->mask_ids, mask, number);
-            Py_XDECREF(number);
-            if (status < 0) {
-                return -1;
-            }
         }
-        t->mask_id[p] = (int32_t)index;
+        t->mask_id[p] = index;
     }
     return t->mask_id[p];
 }
@@ -2065,279 +2070,6 @@ static int range_meets(const uint8_t bits[32], int low, int high) {
     return inside == 0 ? RANGE_MISSED : inside == high - low + 1 ? RANGE_HELD : RANGE_SPLIT;
 }
 
-/* A set of scanned items (position, origin, None, token state) while ``utf8_agrees`` follows
- * the characters: C arrays rather than frozensets, the origins and states borrowed from the
- * scan, which holds them. Members are distinct by value, as a frozenset's are. */
-typedef struct {
-    int32_t position;
-    PyObject *origin, *state;
-} ScanItem;
-
-typedef struct {
-    ScanItem *items;
-    Py_ssize_t size, capacity;
-} ItemSet;
-
-/* Whether two fields are equal as Python compares them: 1, 0, -1 on error. */
-static int same_field(PyObject *a, PyObject *b) {
-    return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ);
-}
-
-/* 1 when ``set`` holds an item equal to (position, origin, state), 0 if not, -1 on error. */
-static int item_set_holds(const ItemSet *set, int32_t position, PyObject *origin, PyObject *state) {
-    for (Py_ssize_t i = 0; i < set->size; i++) {
-        const ScanItem *item = &set->items[i];
-        if (item->position != position) {
-            continue;
-        }
-        int same = same_field(item->origin, origin);
-        if (same > 0) {
-            same = same_field(item->state, state);
-        }
-        if (same != 0) {
-            return same;
-        }
-    }
-    return 0;
-}
-
-static int item_set_add(ItemSet *set, int32_t position, PyObject *origin, PyObject *state) {
-    const int held = item_set_holds(set, position, origin, state);
-    if (held != 0) {
-        return held < 0 ? -1 : 0;
-    }
-    if (set->size == set->capacity) {
-        const Py_ssize_t capacity = set->capacity ? set->capacity * 2 : 32;
-        ScanItem *grown = (ScanItem *)realloc(set->items, (size_t)capacity * sizeof(ScanItem));
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        set->items = grown;
-        set->capacity = capacity;
-    }
-    set->items[set->size++] = (ScanItem){position, origin, state};
-    return 0;
-}
-
-/* One byte set of a scan: its bytes and the items it scans to (a tuple, borrowed). */
-typedef struct {
-    uint8_t bits[32];
-    PyObject *scanned;
-} ScanPart;
-
-/* The parts of ``by_mask`` into ``*parts`` (malloc'd, ``*count`` of them); -1 on error. */
-static int scan_parts(NfaTables *t, PyObject *by_mask, ScanPart **parts, Py_ssize_t *count) {
-    const Py_ssize_t size = PyDict_GET_SIZE(by_mask);
-    *count = 0;
-    *parts = (ScanPart *)malloc((size_t)(size > 0 ? size : 1) * sizeof(ScanPart));
-    if (*parts == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    PyObject *mask, *scanned;
-    Py_ssize_t position = 0;
-    while (PyDict_Next(by_mask, &position, &mask, &scanned)) {
-        ScanPart *part = &(*parts)[*count];
-        if (!PyTuple_Check(scanned)) {
-            PyErr_SetString(PyExc_TypeError, "scanned items are not a tuple");
-            return -1;
-        }
-        PyObject *index = PyDict_GetItemWithError(t->mask_ids, mask);
-        if (index != NULL) {
-            const long i = PyLong_AsLong(index);
-            if (i < 0 || i >= PyDict_GET_SIZE(t->mask_ids)) {
-                if (!PyErr_Occurred()) {
-                    PyErr_SetString(PyExc_ValueError, "a byte set's index is out of range");
-                }
-                return -1;
-            }
-            memcpy(part->bits, t->mask_bits[i], 32);
-        } else if (PyErr_Occurred() || bits_of_int(mask, part->bits) < 0) {
-            return -1;
-        }
-        part->scanned = scanned;
-        (*count)++;
-    }
-    return 0;
-}
-
-/* The items any byte of low..high scans to (into the empty ``out``): 1, 0 when the range
- * splits a byte set or a scanned item has a watch (no single answer: not agreeing), -1 on
- * error. As ``ByteAutomaton._kernel_after``. */
-static int items_after_range(NfaTables *t, const ScanPart *parts, Py_ssize_t count, int low, int high, ItemSet *out) {
-    for (Py_ssize_t i = 0; i < count; i++) {
-        const int meets = range_meets(parts[i].bits, low, high);
-        if (meets == RANGE_SPLIT) {
-            return 0;
-        }
-        if (meets == RANGE_MISSED) {
-            continue;
-        }
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(parts[i].scanned); j++) {
-            int32_t p;
-            PyObject *o, *w, *state;
-            if (unpack_item(t, PyTuple_GET_ITEM(parts[i].scanned, j), &p, &o, &w, &state) < 0) {
-                return -1;
-            }
-            if (w != Py_None) {
-                return 0;
-            }
-            if (item_set_add(out, p, o, state) < 0) {
-                return -1;
-            }
-        }
-    }
-    return 1;
-}
-
-/* The items after any byte of low..high from ``kernel`` (into the empty ``out``), when its
- * closure reaches only plain byte positions: as ``items_after_range``. As
- * ``ByteAutomaton._plain_kernel_after``. */
-static int plain_items_after(NfaTables *t, const ItemSet *kernel, int low, int high, ItemSet *out) {
-    for (Py_ssize_t i = 0; i < kernel->size; i++) {
-        const ScanItem *item = &kernel->items[i];
-        const int32_t *reached;
-        int32_t count;
-        if (local_closure(t, item->position, &reached, &count) < 0) {
-            return -1;
-        }
-        for (int32_t k = 0; k < count; k++) {
-            const int32_t q = reached[k];
-            if (t->kind[q] != K_BYTE || t->arg[q] >= 0) {
-                return 0;
-            }
-            const int32_t index = mask_index(t, q);
-            if (index < 0) {
-                return -1;
-            }
-            const int meets = range_meets(t->mask_bits[index], low, high);
-            if (meets == RANGE_SPLIT) {
-                return 0;
-            }
-            if (meets == RANGE_HELD && item_set_add(out, t->out[q], item->origin, item->state) < 0) {
-                return -1;
-            }
-        }
-    }
-    return 1;
-}
-
-/* Whether two item sets are equal: 1, 0, -1 on error. */
-static int item_sets_equal(const ItemSet *a, const ItemSet *b) {
-    if (a->size != b->size) {
-        return 0;
-    }
-    for (Py_ssize_t i = 0; i < a->size; i++) {
-        const int held = item_set_holds(b, a->items[i].position, a->items[i].origin, a->items[i].state);
-        if (held <= 0) {
-            return held;
-        }
-    }
-    return 1;
-}
-
-const char utf8_agrees_doc[] = (
-"utf8_agrees(tables, by_mask, ascii_byte, forms)\n"
-"\n"
-"As ``ByteAutomaton._utf8_kernels_agree`` given a configuration's scan ``by_mask``\n"
-"(from ``plain_scans``): whether every UTF-8 form of ``forms`` (lead byte range,\n"
-"continuation ranges) leads to the items ``ascii_byte`` leads to.");
-
-/* A (low, high) byte range of ``utf8_agrees``'s forms (read without PyArg_ParseTuple: the
- * forms are read at every call); -1 with an exception set when it is not one. */
-static int byte_range(PyObject *pair, int *low, int *high) {
-    if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
-        const long first = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
-        const long last = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
-        if (!PyErr_Occurred() && 0 <= first && first <= last && last <= 255) {
-            *low = (int)first;
-            *high = (int)last;
-            return 0;
-        }
-    }
-    if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_ValueError, "utf8_agrees: a range is not a (low, high) byte range");
-    }
-    return -1;
-}
-
-/* The answer of ``utf8_agrees`` for parsed arguments: 1, 0, -1 on error. */
-static int characters_agree(NfaTables *t, const ScanPart *parts, Py_ssize_t count, int ascii_byte, PyObject *forms,
-                            ItemSet sets[3]) {
-    ItemSet *target = &sets[0];
-    int agrees = items_after_range(t, parts, count, ascii_byte, ascii_byte, target);
-    if (agrees <= 0 || target->size == 0) {
-        return agrees < 0 ? -1 : 0;
-    }
-    for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(forms); f++) {
-        PyObject *form = PyTuple_GET_ITEM(forms, f), *continuations;
-        int lead_low, lead_high;
-        if (!PyTuple_Check(form) || PyTuple_GET_SIZE(form) != 2 ||
-            !PyTuple_Check(continuations = PyTuple_GET_ITEM(form, 1)) ||
-            byte_range(PyTuple_GET_ITEM(form, 0), &lead_low, &lead_high) < 0) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_ValueError, "utf8_agrees: a form is not (lead range, continuation ranges)");
-            }
-            return -1;
-        }
-        ItemSet *kernel = &sets[1], *next = &sets[2];
-        kernel->size = 0;
-        if ((agrees = items_after_range(t, parts, count, lead_low, lead_high, kernel)) <= 0) {
-            return agrees;
-        }
-        for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(continuations); c++) {
-            int low, high;
-            if (byte_range(PyTuple_GET_ITEM(continuations, c), &low, &high) < 0) {
-                return -1;
-            }
-            if (kernel->size == 0) {
-                return 0;  /* the character dies where the ASCII byte lives */
-            }
-            next->size = 0;
-            if ((agrees = plain_items_after(t, kernel, low, high, next)) <= 0) {
-                return agrees;
-            }
-            ItemSet *swap = kernel;
-            kernel = next;
-            next = swap;
-        }
-        if ((agrees = item_sets_equal(kernel, target)) <= 0) {
-            return agrees;
-        }
-    }
-    return 1;
-}
-
-PyObject *utf8_agrees(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *capsule, *by_mask, *forms;
-    int ascii_byte;
-    if (!PyArg_ParseTuple(args, "OO!iO!:utf8_agrees", &capsule, &PyDict_Type, &by_mask, &ascii_byte, &PyTuple_Type,
-                          &forms)) {
-        return NULL;
-    }
-    NfaTables *t = tables_of(capsule);
-    if (t == NULL) {
-        return NULL;
-    }
-    if (ascii_byte < 0 || ascii_byte > 255) {
-        PyErr_SetString(PyExc_ValueError, "utf8_agrees: ascii_byte is not a byte");
-        return NULL;
-    }
-    ScanPart *parts = NULL;
-    Py_ssize_t count = 0;
-    ItemSet sets[3] = {{NULL, 0, 0}, {NULL, 0, 0}, {NULL, 0, 0}};
-    int agrees = scan_parts(t, by_mask, &parts, &count);
-    if (agrees == 0) {
-        agrees = characters_agree(t, parts, count, ascii_byte, forms, sets);
-    }
-    free(parts);
-    for (int i = 0; i < 3; i++) {
-        free(sets[i].items);
-    }
-    return agrees < 0 ? NULL : PyBool_FromLong(agrees);
-}
 
 
 /* A writable view of a successor table: C-contiguous int32 rows of 256 entries. */
@@ -3693,28 +3425,63 @@ static PyObject *tables_unlock(NfaTables *t, PyObject *result) {
     return result;
 }
 
-/* The plain items any byte of low..high moves ``items`` to, sorted and distinct in ``out``:
- * 1, 0 when the range splits a byte set (no single answer), -1 on failure. With
- * ``closing``, each item's position is closed first, and the closure must reach plain byte
- * positions only (else 0), as ``plain_items_after``; without, the items are a plain
- * configuration's own, as ``items_after_range`` reads its scan. */
-static int plain_items_by_range(NfaTables *t, const uint64_t *items, Py_ssize_t count, int closing, int low, int high,
-                                ItemList *out) {
+/* ------------------------------------------------------------------ multi-byte characters */
+
+/* Whether every multi-byte UTF-8 character leads a configuration to the items an ASCII
+ * byte leads it to (``ByteAutomaton._utf8_kernels_agree``), read off NFA positions without
+ * building the configurations inside the characters. Items are packed as plain items are:
+ * the position in the low bits, and above it what the walk through a character carries
+ * unchanged (a plain item's origin and count, or a number ``utf8_agrees`` gives each
+ * distinct origin and token state of a scan). */
+
+/* One scanned item: the index of the byte set that scans it (in ``mask_bits``, which
+ * ``mask_index`` may move) and the packed item it moves to. */
+typedef struct {
+    int32_t mask;
+    uint64_t moved;
+} ScanEntry;
+
+static uint64_t packed_item(uint64_t carried, int32_t position) {
+    return carried << PLAIN_POSITION_BITS | (uint32_t)position;
+}
+
+static uint64_t carried_of(uint64_t item) {
+    return item >> PLAIN_POSITION_BITS;
+}
+
+/* The items any byte of low..high moves ``entries`` to, sorted and distinct in ``out``: 1,
+ * 0 when the range splits a byte set (no single answer). */
+static int scanned_by_range(const NfaTables *t, const ScanEntry *entries, Py_ssize_t count, int low, int high,
+                            ItemList *out) {
     out->size = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        const int32_t origin = item_origin(items[i]), count_tag = item_count_tag(items[i]);
-        int32_t own = item_position(items[i]), reached_count = 1;
-        const int32_t *reached = &own;
-        if (closing && local_closure(t, own, &reached, &reached_count) < 0) {
+        const int meets = range_meets(t->mask_bits[entries[i].mask], low, high);
+        if (meets == RANGE_SPLIT) {
+            return 0;
+        }
+        if (meets == RANGE_HELD && item_list_add(out, entries[i].moved) < 0) {
+            return -1;
+        }
+    }
+    out->size = sorted_distinct(out->values, (int32_t)out->size);
+    return 1;
+}
+
+/* The items any byte of low..high moves ``kernel``'s closure to, as ``scanned_by_range``,
+ * when that closure reaches only plain byte positions (else 0; as
+ * ``ByteAutomaton._plain_kernel_after``). */
+static int closed_by_range(NfaTables *t, const ItemList *kernel, int low, int high, ItemList *out) {
+    out->size = 0;
+    for (Py_ssize_t i = 0; i < kernel->size; i++) {
+        const int32_t *reached;
+        int32_t reached_count;
+        if (local_closure(t, item_position(kernel->values[i]), &reached, &reached_count) < 0) {
             return -1;
         }
         for (int32_t k = 0; k < reached_count; k++) {
             const int32_t q = reached[k];
-            if (closing && (t->kind[q] != K_BYTE || t->arg[q] >= 0)) {
+            if (t->kind[q] != K_BYTE || t->arg[q] >= 0) {
                 return 0;
-            }
-            if (!t->scans[q]) {
-                continue;
             }
             const int32_t index = mask_index(t, q);
             if (index < 0) {
@@ -3724,7 +3491,7 @@ static int plain_items_by_range(NfaTables *t, const uint64_t *items, Py_ssize_t 
             if (meets == RANGE_SPLIT) {
                 return 0;
             }
-            if (meets == RANGE_HELD && item_list_add(out, plain_item(origin, count_tag, t->out[q])) < 0) {
+            if (meets == RANGE_HELD && item_list_add(out, packed_item(carried_of(kernel->values[i]), t->out[q])) < 0) {
                 return -1;
             }
         }
@@ -3733,15 +3500,34 @@ static int plain_items_by_range(NfaTables *t, const uint64_t *items, Py_ssize_t 
     return 1;
 }
 
-/* ``characters_agree`` for a plain configuration, on its plain items: 1, 0, -1. */
-static int plain_characters_agree(NfaTables *t, const PlainConfig *plain, int ascii_byte, PyObject *forms,
-                                  ItemList lists[3]) {
-    ItemList *target = &lists[0];
-    int agrees = plain_items_by_range(t, plain->items, plain->count, 0, ascii_byte, ascii_byte, target);
-    if (agrees <= 0 || target->size == 0) {
-        return agrees < 0 ? -1 : 0;
+/* A (low, high) byte range of ``utf8_agrees``'s forms (read without PyArg_ParseTuple: the
+ * forms are read at every call); -1 with an exception set when it is not one. */
+static int byte_range(PyObject *pair, int *low, int *high) {
+    if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+        const long first = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+        const long last = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        if (!PyErr_Occurred() && 0 <= first && first <= last && last <= 255) {
+            *low = (int)first;
+            *high = (int)last;
+            return 0;
+        }
     }
-    for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(forms); f++) {
+    if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "utf8_agrees: a range is not a (low, high) byte range");
+    }
+    return -1;
+}
+
+/* Whether every form of ``forms`` (lead byte range, continuation ranges) leads ``entries``
+ * where ``ascii_byte`` does: 1, 0, -1 on error. */
+static int characters_agree(NfaTables *t, const ScanEntry *entries, Py_ssize_t count, int ascii_byte, PyObject *forms) {
+    ItemList lists[3] = {{NULL, 0, 0}, {NULL, 0, 0}, {NULL, 0, 0}};
+    ItemList *target = &lists[0];
+    int agrees = scanned_by_range(t, entries, count, ascii_byte, ascii_byte, target);
+    if (agrees > 0 && target->size == 0) {
+        agrees = 0;
+    }
+    for (Py_ssize_t f = 0; agrees > 0 && f < PyTuple_GET_SIZE(forms); f++) {
         PyObject *form = PyTuple_GET_ITEM(forms, f), *continuations;
         int lead_low, lead_high;
         if (!PyTuple_Check(form) || PyTuple_GET_SIZE(form) != 2 ||
@@ -3750,33 +3536,114 @@ static int plain_characters_agree(NfaTables *t, const PlainConfig *plain, int as
             if (!PyErr_Occurred()) {
                 PyErr_SetString(PyExc_ValueError, "utf8_agrees: a form is not (lead range, continuation ranges)");
             }
-            return -1;
+            agrees = -1;
+            break;
         }
         ItemList *kernel = &lists[1], *next = &lists[2];
-        if ((agrees = plain_items_by_range(t, plain->items, plain->count, 0, lead_low, lead_high, kernel)) <= 0) {
-            return agrees;
-        }
-        for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(continuations); c++) {
+        agrees = scanned_by_range(t, entries, count, lead_low, lead_high, kernel);
+        for (Py_ssize_t c = 0; agrees > 0 && c < PyTuple_GET_SIZE(continuations); c++) {
             int low, high;
             if (byte_range(PyTuple_GET_ITEM(continuations, c), &low, &high) < 0) {
-                return -1;
+                agrees = -1;
+            } else if (kernel->size == 0) {
+                agrees = 0;  /* the character dies where the ASCII byte lives */
+            } else if ((agrees = closed_by_range(t, kernel, low, high, next)) > 0) {
+                ItemList *swap = kernel;
+                kernel = next;
+                next = swap;
             }
-            if (kernel->size == 0) {
-                return 0;  /* the character dies where the ASCII byte lives */
-            }
-            if ((agrees = plain_items_by_range(t, kernel->values, kernel->size, 1, low, high, next)) <= 0) {
-                return agrees;
-            }
-            ItemList *swap = kernel;
-            kernel = next;
-            next = swap;
         }
-        if (kernel->size != target->size ||
-            memcmp(kernel->values, target->values, (size_t)kernel->size * sizeof(uint64_t)) != 0) {
-            return 0;
+        if (agrees > 0) {
+            agrees = kernel->size == target->size &&
+                     memcmp(kernel->values, target->values, (size_t)kernel->size * sizeof(uint64_t)) == 0;
         }
     }
-    return 1;
+    for (int i = 0; i < 3; i++) {
+        free(lists[i].values);
+    }
+    return agrees;
+}
+
+const char utf8_agrees_doc[] = (
+"utf8_agrees(tables, by_mask, ascii_byte, forms)\n"
+"\n"
+"As ``ByteAutomaton._utf8_kernels_agree`` given a configuration's scan ``by_mask``\n"
+"(from ``plain_scans``): whether every UTF-8 form of ``forms`` (lead byte range,\n"
+"continuation ranges) leads to the items ``ascii_byte`` leads to.");
+
+PyObject *utf8_agrees(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *by_mask, *forms;
+    int ascii_byte;
+    if (!PyArg_ParseTuple(args, "OO!iO!:utf8_agrees", &capsule, &PyDict_Type, &by_mask, &ascii_byte, &PyTuple_Type,
+                          &forms)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, "utf8_agrees") < 0) {
+        return NULL;
+    }
+    if (ascii_byte < 0 || ascii_byte > 255) {
+        PyErr_SetString(PyExc_ValueError, "utf8_agrees: ascii_byte is not a byte");
+        return NULL;
+    }
+    /* The scan's byte sets by index, and each distinct (origin, token state) numbered. */
+    Py_ssize_t total = 0, count = 0, at = 0;
+    PyObject *mask, *scanned;
+    while (PyDict_Next(by_mask, &at, &mask, &scanned)) {
+        if (!PyTuple_Check(scanned)) {
+            PyErr_SetString(PyExc_TypeError, "scanned items are not a tuple");
+            return NULL;
+        }
+        total += PyTuple_GET_SIZE(scanned);
+    }
+    /* Byte sets new to the tables are added to them: under their lock. */
+    if (tables_lock(t) < 0) {
+        return NULL;
+    }
+    ScanEntry *entries = (ScanEntry *)malloc((size_t)(total ? total : 1) * sizeof(ScanEntry));
+    PyObject *numbers = PyDict_New();
+    int agrees = entries == NULL || numbers == NULL ? -1 : 0, watched = 0;
+    if (entries == NULL) {
+        PyErr_NoMemory();
+    }
+    at = 0;
+    while (agrees == 0 && !watched && PyDict_Next(by_mask, &at, &mask, &scanned)) {
+        const int32_t index = mask_number(t, mask);
+        if (index < 0) {
+            agrees = -1;
+            break;
+        }
+        for (Py_ssize_t j = 0; agrees == 0 && j < PyTuple_GET_SIZE(scanned); j++) {
+            int32_t p;
+            PyObject *o, *w, *state;
+            if (unpack_item(t, PyTuple_GET_ITEM(scanned, j), &p, &o, &w, &state) < 0) {
+                agrees = -1;
+                break;
+            }
+            if (w != Py_None) {
+                watched = 1;  /* a scan never holds one (``plain_scans``): no answer, so False */
+                break;
+            }
+            PyObject *key = PyTuple_Pack(2, o, state), *number = key == NULL ? NULL : PyDict_GetItemWithError(numbers, key);
+            long carried = number == NULL ? PyDict_GET_SIZE(numbers) : PyLong_AsLong(number);
+            if (key == NULL || PyErr_Occurred()) {
+                agrees = -1;
+            } else if (number == NULL) {
+                PyObject *made = PyLong_FromLong(carried);
+                agrees = made == NULL || PyDict_SetItem(numbers, key, made) < 0 ? -1 : 0;
+                Py_XDECREF(made);
+            }
+            Py_XDECREF(key);
+            entries[count++] = (ScanEntry){index, packed_item((uint64_t)carried, p)};
+        }
+    }
+    if (agrees == 0 && !watched) {
+        agrees = characters_agree(t, entries, count, ascii_byte, forms);
+    }
+    free(entries);
+    Py_XDECREF(numbers);
+    return tables_unlock(t, agrees < 0 ? NULL : PyBool_FromLong(agrees));
 }
 
 const char utf8_agrees_config_doc[] = (
@@ -3805,16 +3672,31 @@ PyObject *utf8_agrees_config(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *result = NULL;
-    ItemList lists[3] = {{NULL, 0, 0}, {NULL, 0, 0}, {NULL, 0, 0}};
     PlainConfig *plain = plain_config_of(t, config);
     if (plain == NOT_PLAIN) {
         result = Py_NewRef(Py_None);
     } else if (plain != NULL) {
-        const int agrees = plain_characters_agree(t, plain, ascii_byte, forms, lists);
+        /* Its scanning items, each moved past its byte set (a plain item packs what it carries). */
+        ScanEntry entries[PLAIN_MAX_ITEMS];
+        Py_ssize_t count = 0;
+        int agrees = 0;
+        for (int32_t i = 0; i < plain->count && agrees == 0; i++) {
+            const uint64_t item = plain->items[i];
+            const int32_t p = item_position(item);
+            if (!t->scans[p]) {
+                continue;
+            }
+            const int32_t index = mask_index(t, p);
+            if (index < 0) {
+                agrees = -1;
+            } else {
+                entries[count++] = (ScanEntry){index, packed_item(carried_of(item), t->out[p])};
+            }
+        }
+        if (agrees == 0) {
+            agrees = characters_agree(t, entries, count, ascii_byte, forms);
+        }
         result = agrees < 0 ? NULL : PyBool_FromLong(agrees);
-    }
-    for (int i = 0; i < 3; i++) {
-        free(lists[i].values);
     }
     return tables_unlock(t, result);
 }

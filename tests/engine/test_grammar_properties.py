@@ -464,17 +464,45 @@ def test_native_utf8_agreement_matches_python(source, choices, ascii_byte):
     kind, text = source
     grammar = Grammar.from_regex(text) if kind == "regex" else Grammar.from_ebnf(text)
     built, python_only = _python_and_native_automata(dict(grammar.rules), grammar.start)
-    # The same steps on both, so that configurations are numbered alike.
-    native_found, python_found = [], []
+    # The same steps on both, so that configurations are numbered alike. A plain
+    # configuration answers from its native items; every one's scan is asked as well, so that
+    # the native answer from a scan is checked on plain and other configurations alike.
+    native_found, python_found, from_scans = [], [], []
     for automaton, found in ((built, native_found), (python_only, python_found)):
         config = automaton.initial
         for choice in choices:
             found.append(automaton.utf8_agrees(config, ascii_byte))
+            by_mask = automaton._plain_scans(config)
+            if automaton is built and by_mask is not None:
+                from_scans.append(
+                    native.states.utf8_agrees(built._native, by_mask, ascii_byte, automaton_module._UTF8_FORMS)
+                    == bool(python_only._kernel_after_every_character(by_mask, ascii_byte))
+                )
             options = automaton.next_bytes(config)
             if not options:
                 break
             config = automaton.step(config, options[choice % len(options)])
     assert native_found == python_found
+    assert all(from_scans)
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+@pytest.mark.parametrize("only_ascii_reaches", [False, True])
+def test_native_utf8_agreement_from_a_scan_tells_origins_apart(only_ascii_reaches):
+    # A scan whose items sit in two calls (origins) agrees only if the characters reach both
+    # where the ASCII byte does: here the second origin's item is scanned by the ASCII bytes
+    # alone when ``only_ascii_reaches``.
+    automaton = Grammar.from_regex(r'[^"]+').automaton
+    by_mask = automaton._plain_scans(automaton.step(automaton.initial, ord("a")))
+    first, second = (100, None), (200, None)
+    scan = {}
+    for mask, items in by_mask.items():
+        reads_ascii = bool(mask >> ord("a") & 1)
+        with_first = tuple((p, first, w, t) for p, _, w, t in items)
+        with_second = tuple((p, second, w, t) for p, _, w, t in items) if reads_ascii or not only_ascii_reaches else ()
+        scan[mask] = with_first + with_second
+    found = native.states.utf8_agrees(automaton._native, scan, ord("a"), automaton_module._UTF8_FORMS)
+    assert found == bool(automaton._kernel_after_every_character(scan, ord("a"))) == (not only_ascii_reaches)
 
 
 def _callers(automaton, config: int) -> dict | None:
