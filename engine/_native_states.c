@@ -1368,7 +1368,6 @@ static int bits_of_int(PyObject *mask, uint8_t bits[32]) {
 #endif
 }
 
-/* The index of position ``p``'s mask among the distinct masks, -1 on error. */
 /* The index in ``mask_bits`` of the byte set ``mask`` (a 256-bit int), given one if new; -1
  * with an exception set. */
 static int32_t mask_number(NfaTables *t, PyObject *mask) {
@@ -1399,6 +1398,7 @@ static int32_t mask_number(NfaTables *t, PyObject *mask) {
     return status < 0 ? -1 : (int32_t)index;
 }
 
+/* The index of position ``p``'s mask among the distinct masks, -1 on error. */
 static int32_t mask_index(NfaTables *t, int32_t p) {
     if (t->mask_id[p] < 0) {
         const int32_t index = mask_number(t, PyList_GET_ITEM(t->masks, p));
@@ -2407,9 +2407,17 @@ static void plain_free(NfaTables *t) {
 /* plain_origin's answer for an origin past PLAIN_MAX_ORIGINS. */
 #define PLAIN_ORIGIN_OVER (-3)
 
+/* An item at ``position`` carrying ``carried`` (what moving it leaves as it is). */
+static uint64_t packed_item(uint64_t carried, int32_t position) {
+    return carried << PLAIN_POSITION_BITS | (uint32_t)position;
+}
+
+static uint64_t carried_of(uint64_t item) {
+    return item >> PLAIN_POSITION_BITS;
+}
+
 static uint64_t plain_item(int32_t origin, int32_t count_tag, int32_t position) {
-    return (uint64_t)(uint32_t)origin << (PLAIN_POSITION_BITS + PLAIN_COUNT_BITS) |
-           (uint64_t)(uint32_t)count_tag << PLAIN_POSITION_BITS | (uint32_t)position;
+    return packed_item((uint64_t)(uint32_t)origin << PLAIN_COUNT_BITS | (uint32_t)count_tag, position);
 }
 
 static int32_t item_position(uint64_t item) {
@@ -3032,8 +3040,7 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
     for (int32_t i = 0; i < plain->count; i++) {
         if (movers >> i & 1) {
             const uint64_t item = plain->items[i];
-            const uint64_t moved = plain_item(item_origin(item), item_count_tag(item), t->out[item_position(item)]);
-            if (item_list_add(work, moved) < 0) {
+            if (item_list_add(work, packed_item(carried_of(item), t->out[item_position(item)])) < 0) {
                 result = -2;
                 goto done;
             }
@@ -3061,7 +3068,7 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
             const int32_t q = reached[j];
             int status;
             if (plain_position(t, q)) {
-                status = item_list_add(closed, plain_item(origin, count_tag, q));
+                status = item_list_add(closed, packed_item(carried_of(item), q));
             } else if (t->kind[q] == K_END && origin != 0) {
                 status = plain_returns(t, origin, t->arg[q], work);
             } else if (t->kind[q] == K_COUNT_ENTER || t->kind[q] == K_COUNT_HUB) {
@@ -3400,9 +3407,8 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8
     return result;
 }
 
-/* ``build`` under the automaton's lock: configurations are built by one thread at a time,
- * whether here or in Python. */
-/* Take the tables' lock (``bind``'s): 0, -1 with an exception set. */
+/* Take the tables' lock (``bind``'s): 0, -1 with an exception set. Configurations are
+ * built by one thread at a time, whether here or in Python. */
 static int tables_lock(NfaTables *t) {
     PyObject *acquired = PyObject_CallNoArgs(t->lock_acquire);
     Py_XDECREF(acquired);
@@ -3440,14 +3446,6 @@ typedef struct {
     int32_t mask;
     uint64_t moved;
 } ScanEntry;
-
-static uint64_t packed_item(uint64_t carried, int32_t position) {
-    return carried << PLAIN_POSITION_BITS | (uint32_t)position;
-}
-
-static uint64_t carried_of(uint64_t item) {
-    return item >> PLAIN_POSITION_BITS;
-}
 
 /* The items any byte of low..high moves ``entries`` to, sorted and distinct in ``out``: 1,
  * 0 when the range splits a byte set (no single answer). */
@@ -3635,7 +3633,9 @@ PyObject *utf8_agrees(PyObject *self, PyObject *args) {
                 Py_XDECREF(made);
             }
             Py_XDECREF(key);
-            entries[count++] = (ScanEntry){index, packed_item((uint64_t)carried, p)};
+            if (agrees == 0) {
+                entries[count++] = (ScanEntry){index, packed_item((uint64_t)carried, p)};
+            }
         }
     }
     if (agrees == 0 && !watched) {
@@ -3701,6 +3701,7 @@ PyObject *utf8_agrees_config(PyObject *self, PyObject *args) {
     return tables_unlock(t, result);
 }
 
+/* ``build`` under the automaton's lock. */
 static PyObject *locked(NfaTables *t, PyObject *(*build)(NfaTables *, long, int, const uint8_t *), long config, int byte,
                         const uint8_t *wanted) {
     if (tables_lock(t) < 0) {

@@ -472,8 +472,8 @@ def test_native_utf8_agreement_matches_python(source, choices, ascii_byte):
         config = automaton.initial
         for choice in choices:
             found.append(automaton.utf8_agrees(config, ascii_byte))
-            by_mask = automaton._plain_scans(config)
-            if automaton is built and by_mask is not None:
+            by_mask = automaton._plain_scans(config) if automaton is built else None
+            if by_mask is not None:
                 from_scans.append(
                     native.states.utf8_agrees(built._native, by_mask, ascii_byte, automaton_module._UTF8_FORMS)
                     == bool(python_only._kernel_after_every_character(by_mask, ascii_byte))
