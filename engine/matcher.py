@@ -478,16 +478,20 @@ class MatcherBase:
             out = self._words_view(target)
             # A decode loop fills one buffer at every step: checked once.
             self._checked_buffer = (target, target.shape, target.dtype, out)
-        if self.is_finished():
+        if self._finished[-1]:
             out[:] = 0
             return
-        _, words = self._current_mask(ids_needed=False)
+        words = self._mask_words()
         out[: len(words)] = words
         if len(out) > len(words):
             out[len(words) :] = 0
-        if self._accepting(self._state):
+        if self._accepting(self._states[-1]):
             for token_id in self.vocab.eos_array.tolist():
                 out[token_id >> 5] = int(out[token_id >> 5]) | 1 << (token_id & 31)
+
+    def _mask_words(self) -> np.ndarray:
+        """The packed words of ``_current_mask``."""
+        return self._current_mask(ids_needed=False)[1]
 
     def _words_view(self, target) -> np.ndarray:
         """``target`` as the uint32 words ``fill_bitmask`` writes, checked to hold them."""
@@ -674,6 +678,10 @@ def _joined(parts: list) -> np.ndarray:
 
 _WALK_OUTPUT = threading.local()
 
+#: The trie's root, where a walk of a whole mask starts.
+_ROOT_NODE = np.zeros(1, dtype=np.int32)
+_ROOT_NODE.flags.writeable = False
+
 
 def _walk_output(room: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-thread output arrays of the native walk, reused so that a walk over the whole
@@ -736,6 +744,7 @@ class Matcher(MatcherBase):
         self._text_check = getattr(grammar, "text_check", None)
         lean = max_tokens is None and not self._hooks and self._text_check is None
         self._lean_step = getattr(automaton, "step_bytes", None) if lean else None
+        self._eos_ids = vocab.eos_token_ids
         self._check_memo: tuple | None = None
         self._check_mask_memo: list | None = None
         self._partials_bounded: bool | None = None
@@ -821,10 +830,9 @@ class Matcher(MatcherBase):
         # No budget, token hooks or text check: the state after a text token is its bytes'
         # (``MatcherBase.advance`` through ``_accepts_token``, without the layers).
         token_id = _as_token_id(token_id)
-        vocab = self.vocab
-        if self._finished[-1] or token_id in vocab.eos_token_ids or not vocab.is_text_token(token_id):
+        data = None if self._finished[-1] or token_id in self._eos_ids else self.vocab.text_bytes_of(token_id)
+        if data is None:
             return super().advance(token_id)
-        data = vocab.token_bytes(token_id)
         end = step_bytes(self._states[-1], data)
         if end == DEAD:
             return Status.REJECTED
@@ -917,7 +925,7 @@ class Matcher(MatcherBase):
         if self._only_next_byte(config) >= 0 and self._native_walk_applies():
             # A forced literal: the native walk follows its only live byte from the root, a
             # table read per level, as the loop below does with Python calls per byte.
-            self._walk_levels(np.zeros(1, dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
+            self._walk_native(_ROOT_NODE, np.array([config], dtype=np.int32), id_parts, end_parts)
         else:
             # Forced-literal prefix: follow the only possible byte down the trie.
             node, current = 0, config
@@ -969,8 +977,8 @@ class Matcher(MatcherBase):
         # the whole-level walk covers faster.
         small = found is None or self._small_group(found[0], _GROUP_WALK_SHARE)
         if small and self._native_walk_applies():
-            # The native walk beats the whole-level numpy walk; _walk_levels dispatches to it.
-            self._walk_levels(np.zeros(1, dtype=np.int32), np.array([config], dtype=np.int32), id_parts, end_parts)
+            # The native walk beats the whole-level numpy walk.
+            self._walk_native(_ROOT_NODE, np.array([config], dtype=np.int32), id_parts, end_parts)
             return None
         if small and self._walk_wide(config, id_parts, end_parts):
             return None
@@ -1027,15 +1035,10 @@ class Matcher(MatcherBase):
     def _below_first_bytes(self, config: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The trie's first-level nodes of the bytes ``values`` that lead ``config`` somewhere
         live, and where they lead: the starts of a walk of the tokens starting with them."""
-        trie = self.vocab.trie
-        afters = self._successors(config, values)
-        nodes, configs = [], []
-        for value, after in zip(values.tolist(), afters.tolist()):
-            child = trie.child(0, value)
-            if child >= 0 and after != DEAD:
-                nodes.append(child)
-                configs.append(after)
-        return np.array(nodes, dtype=np.int32), np.array(configs, dtype=np.int32)
+        afters = np.asarray(self._successors(config, values), dtype=np.int32)
+        children = self.vocab.trie.root_children[values]
+        live = (children >= 0) & (afters != DEAD)
+        return children[live], afters[live]
 
     def _walk_at_and_below(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list) -> None:
         """``_walk_levels``, with the tokens at ``nodes`` themselves (ending at ``configs``)."""

@@ -71,7 +71,7 @@ class TokenTrie:
 
     __slots__ = _ARRAY_FIELDS + (
         "_byte_blob", "_node_has_tokens", "token_nodes", "_first_bytes", "_subtree_tables", "_path_ascii",
-        "__weakref__",
+        "_root_children", "__weakref__",
     )
 
     def __init__(self, **arrays: np.ndarray) -> None:
@@ -87,6 +87,7 @@ class TokenTrie:
         self._first_bytes: np.ndarray | None = None
         self._subtree_tables: tuple | None = None
         self._path_ascii: tuple | None = None
+        self._root_children: np.ndarray | None = None
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -186,6 +187,16 @@ class TokenTrie:
                 first[low:high] = first[self.parent[low:high]]
             self._first_bytes = first
         return self._first_bytes
+
+    @property
+    def root_children(self) -> np.ndarray:
+        """The root's child along each byte value, -1 where it has none (int32, 256 entries)."""
+        if self._root_children is None:
+            children = np.full(256, -1, dtype=np.int32)
+            start, end = int(self.child_start[0]), int(self.child_end[0])
+            children[self.byte[start:end]] = np.arange(start, end, dtype=np.int32)
+            self._root_children = children
+        return self._root_children
 
     def ascii_bits(self, nodes: np.ndarray, *, by_token: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The ASCII bytes of the path of each node of ``nodes``, as 128-bit sets (two

@@ -172,6 +172,13 @@ class TokenVocabulary:
             raise IndexError("a token id outside the vocabulary's table of token bytes")
         return [blob[offset_of[token_id] : offset_of[token_id + 1]] for token_id in token_ids]
 
+    def text_bytes_of(self, token_id: int) -> bytes | None:
+        """``token_bytes`` of a text token (``is_text_token``), None for any other id: one
+        call where a matcher advances."""
+        if 0 <= token_id < self._num_table_tokens and self._text_flags[token_id] == 1:
+            return self._blob[self._offset_of[token_id] : self._offset_of[token_id + 1]]
+        return None
+
     def is_text_token(self, token_id: int) -> bool:
         """True for tokens that stand for text (not special, not empty, inside the table)."""
         token_id = int(token_id)
