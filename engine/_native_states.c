@@ -3230,10 +3230,74 @@ static int live_entries(const int32_t *row, int end) {
     return live;
 }
 
-/* ``plain_fill`` of one byte's entry: PLAIN_DONE with the entry in ``result``, PLAIN_ERROR
- * with ``result`` NULL, or PLAIN_GENERAL. */
-static int plain_entry(NfaTables *t, long config, int byte, PyObject **result) {
-    const int status = plain_fill(t, config, byte, 0, NULL, 0);
+/* A row is filled one byte at a time until this many of its entries are known: past it the
+ * row's scan pays, one successor filling every byte of a part. */
+#define FEW_KNOWN_ENTRIES 4
+
+/* The entry of a plain configuration's row for ``byte`` from the items whose byte sets hold
+ * it, without splitting the row: for a configuration the trie walk passes through by a byte
+ * or two (a key's prefix, a place deep inside tokens), where the split and its part's other
+ * bytes cost more than the entries read. The items moved are those of the byte's part, so
+ * the successor is the one the split would give. PLAIN_DONE with the entry written,
+ * PLAIN_GENERAL when the row takes its split instead (or the general way), PLAIN_ERROR. */
+static int plain_byte_entry(NfaTables *t, long config, int byte) {
+    if (config < 0 || config >= PyList_GET_SIZE(t->configs) || byte < 0 || byte > 255) {
+        return PLAIN_GENERAL;
+    }
+    PlainConfig *plain = plain_config_of(t, config);
+    if (plain == NULL) {
+        return PLAIN_ERROR;
+    }
+    if (plain == NOT_PLAIN || plain->row_state != PLAIN_ROW_UNSPLIT) {
+        return PLAIN_GENERAL;
+    }
+    int32_t *row;
+    const int has_row = row_of(t, config, &row);
+    if (has_row <= 0) {
+        return has_row < 0 ? PLAIN_ERROR : PLAIN_GENERAL;
+    }
+    int known = 0;
+    for (int b = 0; b < 256; b++) {
+        known += row[b] != UNKNOWN;
+    }
+    if (row[byte] != UNKNOWN || known >= FEW_KNOWN_ENTRIES) {
+        return PLAIN_GENERAL;
+    }
+    uint64_t movers = 0;
+    for (int32_t i = 0; i < plain->count; i++) {
+        const int32_t p = item_position(plain->items[i]);
+        if (!t->scans[p]) {
+            continue;
+        }
+        const int32_t mask = mask_index(t, p);  /* may grow ``mask_bits``: read after it */
+        if (mask < 0) {
+            return PLAIN_ERROR;
+        }
+        if (t->mask_bits[mask][byte >> 3] >> (byte & 7) & 1) {
+            movers |= (uint64_t)1 << i;
+        }
+    }
+    const long successor = movers ? plain_successor(t, plain, movers) : -1;
+    if (successor == -2) {
+        return PLAIN_ERROR;
+    }
+    if (successor == PLAIN_GENERAL_SUCCESSOR) {
+        return PLAIN_GENERAL;
+    }
+    /* Interning never replaces the table (a caller grows it for a configuration past its
+     * end afterwards): the row is where it was. */
+    row[byte] = (int32_t)successor;
+    return PLAIN_DONE;
+}
+
+/* ``plain_fill`` of one byte's entry (by the byte alone first with ``byte_alone``, see
+ * ``plain_byte_entry``): PLAIN_DONE with the entry in ``result``, PLAIN_ERROR with
+ * ``result`` NULL, or PLAIN_GENERAL. */
+static int plain_entry(NfaTables *t, long config, int byte, int byte_alone, PyObject **result) {
+    int status = byte_alone ? plain_byte_entry(t, config, byte) : PLAIN_GENERAL;
+    if (status == PLAIN_GENERAL) {
+        status = plain_fill(t, config, byte, 0, NULL, 0);
+    }
     if (status == PLAIN_DONE) {
         *result = PyLong_FromLong(((const int32_t *)t->table_buffer.buf)[(Py_ssize_t)config * 256 + byte]);
         return *result == NULL ? PLAIN_ERROR : PLAIN_DONE;
@@ -3245,7 +3309,7 @@ static int plain_entry(NfaTables *t, long config, int byte, PyObject **result) {
 static PyObject *entry_locked(NfaTables *t, long config, int byte, const uint8_t *wanted) {
     (void)wanted;
     PyObject *plain_result = NULL;
-    if (plain_entry(t, config, byte, &plain_result) != PLAIN_GENERAL) {
+    if (plain_entry(t, config, byte, 0, &plain_result) != PLAIN_GENERAL) {
         return plain_result;
     }
     RowWork work;
@@ -3267,10 +3331,6 @@ static PyObject *entry_locked(NfaTables *t, long config, int byte, const uint8_t
     close_row(&work);
     return result;
 }
-
-/* A row is filled one byte at a time until this many of its entries are known: past it the
- * row's scan pays, one successor filling every byte of a part. */
-#define FEW_KNOWN_ENTRIES 4
 
 enum { BYTE_ENTRY_ERROR = -1, BYTE_ENTRY_MADE, BYTE_ENTRY_BY_PART };
 
@@ -3350,7 +3410,7 @@ static int byte_entry_locked(NfaTables *t, long config, int byte, PyObject **res
  * ``byte_entry_locked``). */
 static PyObject *few_entries_locked(NfaTables *t, long config, int byte, const uint8_t *wanted) {
     PyObject *plain_result = NULL;
-    if (plain_entry(t, config, byte, &plain_result) != PLAIN_GENERAL) {
+    if (plain_entry(t, config, byte, 1, &plain_result) != PLAIN_GENERAL) {
         return plain_result;
     }
     PyObject *result = NULL;
