@@ -3234,6 +3234,16 @@ static int live_entries(const int32_t *row, int end) {
  * row's scan pays, one successor filling every byte of a part. */
 #define FEW_KNOWN_ENTRIES 4
 
+/* Whether a row's entry for ``byte`` is to be made from that byte's items alone: not known
+ * yet, and few of the row's entries known. */
+static int by_byte_alone(const int32_t *row, int byte) {
+    int known = 0;
+    for (int b = 0; b < 256; b++) {
+        known += row[b] != UNKNOWN;
+    }
+    return row[byte] == UNKNOWN && known < FEW_KNOWN_ENTRIES;
+}
+
 /* The entry of a plain configuration's row for ``byte`` from the items whose byte sets hold
  * it, without splitting the row: for a configuration the trie walk passes through by a byte
  * or two (a key's prefix, a place deep inside tokens), where the split and its part's other
@@ -3256,11 +3266,7 @@ static int plain_byte_entry(NfaTables *t, long config, int byte) {
     if (has_row <= 0) {
         return has_row < 0 ? PLAIN_ERROR : PLAIN_GENERAL;
     }
-    int known = 0;
-    for (int b = 0; b < 256; b++) {
-        known += row[b] != UNKNOWN;
-    }
-    if (row[byte] != UNKNOWN || known >= FEW_KNOWN_ENTRIES) {
+    if (!by_byte_alone(row, byte)) {
         return PLAIN_GENERAL;
     }
     uint64_t movers = 0;
@@ -3350,11 +3356,7 @@ static int byte_entry_locked(NfaTables *t, long config, int byte, PyObject **res
     if (has_row <= 0) {
         return has_row < 0 ? BYTE_ENTRY_ERROR : BYTE_ENTRY_BY_PART;
     }
-    int known = 0;
-    for (int b = 0; b < 256; b++) {
-        known += row[b] != UNKNOWN;
-    }
-    if (row[byte] != UNKNOWN || known >= FEW_KNOWN_ENTRIES) {
+    if (!by_byte_alone(row, byte)) {
         return BYTE_ENTRY_BY_PART;
     }
     PyObject *kernel = PyFrozenSet_New(NULL), *iterator = NULL, *item;
