@@ -183,6 +183,8 @@ def test_trie_invariants(strings):
     # Node count equals the number of distinct non-empty prefixes.
     prefixes = {s[:k] for s in strings for k in range(1, len(s) + 1)}
     assert trie.num_nodes == len(prefixes) + 1
+    # The root's children by byte, as one lookup, are the ones a search of the root finds.
+    assert trie.root_children.tolist() == [trie.child(0, value) for value in range(256)]
 
 
 @pytest.mark.parametrize("packer", ["native", "numpy"])
@@ -246,6 +248,14 @@ def test_text_token_bytes_are_token_bytes_of_each():
     assert vocab.text_token_bytes([]) == []
     with pytest.raises(IndexError):
         vocab.text_token_bytes([0, vocab.size])
+
+
+def test_text_bytes_of_are_a_text_tokens_bytes_and_none_for_any_other_id():
+    vocab = TokenVocabulary([b"a", b"bc", b"", b"<eos>"], special_ids=[3], eos_token_ids=[3], size=6)
+    for token_id in range(-2, vocab.size + 2):
+        expected = vocab.token_bytes(token_id) if vocab.is_text_token(token_id) else None
+        assert vocab.text_bytes_of(token_id) == expected, token_id
+    assert [vocab.text_bytes_of(i) for i in range(4)] == [b"a", b"bc", None, None]
 
 
 @settings(max_examples=60, deadline=None)
