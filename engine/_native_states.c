@@ -2802,20 +2802,31 @@ static PlainSplit *split_of(NfaTables *t, const uint64_t *mask_ids, int32_t coun
     return split;
 }
 
+/* The index in ``mask_bits`` of each item's byte set, -1 for an item at a position that
+ * scans none (``mask_bits`` may move meanwhile: read it afterwards); -1 on error. */
+static int plain_item_masks(NfaTables *t, const PlainConfig *plain, int32_t masks[PLAIN_MAX_ITEMS]) {
+    for (int32_t i = 0; i < plain->count; i++) {
+        const int32_t p = item_position(plain->items[i]);
+        masks[i] = -1;
+        if (t->scans[p] && (masks[i] = mask_index(t, p)) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Split the row of ``plain`` (``split_of`` its byte sets) and note which items move by
  * each set; -1 on failure. More parts than a byte numbers leave it unsplit (the general
  * way's row). */
 static int plain_split(NfaTables *t, PlainConfig *plain) {
     uint64_t mask_ids[PLAIN_MAX_ITEMS];
     int32_t position_mask[PLAIN_MAX_ITEMS];
+    if (plain_item_masks(t, plain, position_mask) < 0) {
+        return -1;
+    }
     int32_t count = 0;
     for (int32_t i = 0; i < plain->count; i++) {
-        const int32_t p = item_position(plain->items[i]);
-        position_mask[i] = -1;
-        if (t->scans[p]) {
-            if ((position_mask[i] = mask_index(t, p)) < 0) {
-                return -1;
-            }
+        if (position_mask[i] >= 0) {
             mask_ids[count++] = (uint64_t)position_mask[i];
         }
     }
@@ -3141,13 +3152,49 @@ done:
     }
     return result;
 }
+/* A row is filled one byte at a time until this many of its entries are known: past it the
+ * row's scan pays, one successor filling every byte of a part. */
+#define FEW_KNOWN_ENTRIES 4
+
+/* Whether a row's entry for ``byte`` is to be made from that byte's items alone: not known
+ * yet, and few of the row's entries known. */
+static int by_byte_alone(const int32_t *row, int byte) {
+    int known = 0;
+    for (int b = 0; b < 256; b++) {
+        known += row[b] != UNKNOWN;
+    }
+    return row[byte] == UNKNOWN && known < FEW_KNOWN_ENTRIES;
+}
+
+/* The successor of ``plain`` by ``byte`` from the items whose byte sets hold it, without
+ * splitting its row: for a configuration the trie walk passes through by a byte or two (a
+ * key's prefix, a place deep inside tokens), where the split and its part's other bytes
+ * cost more than the entries read. The items moved are those of the byte's part, so the
+ * successor is the one the split would give. As ``plain_successor`` answers. */
+static long plain_byte_successor(NfaTables *t, const PlainConfig *plain, int byte) {
+    int32_t masks[PLAIN_MAX_ITEMS];
+    if (plain_item_masks(t, plain, masks) < 0) {
+        return -2;
+    }
+    uint64_t movers = 0;
+    for (int32_t i = 0; i < plain->count; i++) {
+        if (masks[i] >= 0 && (t->mask_bits[masks[i]][byte >> 3] >> (byte & 7) & 1)) {
+            movers |= (uint64_t)1 << i;
+        }
+    }
+    return movers ? plain_successor(t, plain, movers) : -1;
+}
+
 /* Fill the unknown entries of ``config``'s row for byte ``only`` (when not negative), else
  * for the bytes below ``end`` flagged in ``wanted`` (every one with NULL), with their
  * parts, when the configuration is plain: PLAIN_DONE, PLAIN_GENERAL when the general way
  * must fill (some of) them (what is written stays: the same successors), or PLAIN_ERROR.
  * With ``need_room``, no part is filled while the table has no spare row for a new
- * configuration (the general way returns for Python to grow it). */
-static int plain_fill(NfaTables *t, long config, int only, int end, const uint8_t *wanted, int need_room) {
+ * configuration (the general way returns for Python to grow it). With ``byte_alone``, the
+ * entry of ``only`` in a row not split yet, few of its entries known, is made alone
+ * (``plain_byte_successor``). */
+static int plain_fill(NfaTables *t, long config, int only, int end, const uint8_t *wanted, int need_room,
+                      int byte_alone) {
     if (config < 0 || config >= PyList_GET_SIZE(t->configs)) {
         return PLAIN_GENERAL;
     }
@@ -3168,6 +3215,19 @@ static int plain_fill(NfaTables *t, long config, int only, int end, const uint8_
         return PLAIN_DONE;
     }
     if (plain->row_state == PLAIN_ROW_WRITTEN) {
+        return PLAIN_DONE;
+    }
+    if (byte_alone && only >= 0 && plain->row_state == PLAIN_ROW_UNSPLIT && by_byte_alone(row, only)) {
+        const long successor = plain_byte_successor(t, plain, only);
+        if (successor == -2) {
+            return PLAIN_ERROR;
+        }
+        if (successor == PLAIN_GENERAL_SUCCESSOR) {
+            return PLAIN_GENERAL;
+        }
+        /* Interning never replaces the table (a caller grows it for a configuration past
+         * its end afterwards): the row is where it was. */
+        row[only] = (int32_t)successor;
         return PLAIN_DONE;
     }
     if (plain->row_state == PLAIN_ROW_UNSPLIT) {
@@ -3230,80 +3290,10 @@ static int live_entries(const int32_t *row, int end) {
     return live;
 }
 
-/* A row is filled one byte at a time until this many of its entries are known: past it the
- * row's scan pays, one successor filling every byte of a part. */
-#define FEW_KNOWN_ENTRIES 4
-
-/* Whether a row's entry for ``byte`` is to be made from that byte's items alone: not known
- * yet, and few of the row's entries known. */
-static int by_byte_alone(const int32_t *row, int byte) {
-    int known = 0;
-    for (int b = 0; b < 256; b++) {
-        known += row[b] != UNKNOWN;
-    }
-    return row[byte] == UNKNOWN && known < FEW_KNOWN_ENTRIES;
-}
-
-/* The entry of a plain configuration's row for ``byte`` from the items whose byte sets hold
- * it, without splitting the row: for a configuration the trie walk passes through by a byte
- * or two (a key's prefix, a place deep inside tokens), where the split and its part's other
- * bytes cost more than the entries read. The items moved are those of the byte's part, so
- * the successor is the one the split would give. PLAIN_DONE with the entry written,
- * PLAIN_GENERAL when the row takes its split instead (or the general way), PLAIN_ERROR. */
-static int plain_byte_entry(NfaTables *t, long config, int byte) {
-    if (config < 0 || config >= PyList_GET_SIZE(t->configs) || byte < 0 || byte > 255) {
-        return PLAIN_GENERAL;
-    }
-    PlainConfig *plain = plain_config_of(t, config);
-    if (plain == NULL) {
-        return PLAIN_ERROR;
-    }
-    if (plain == NOT_PLAIN || plain->row_state != PLAIN_ROW_UNSPLIT) {
-        return PLAIN_GENERAL;
-    }
-    int32_t *row;
-    const int has_row = row_of(t, config, &row);
-    if (has_row <= 0) {
-        return has_row < 0 ? PLAIN_ERROR : PLAIN_GENERAL;
-    }
-    if (!by_byte_alone(row, byte)) {
-        return PLAIN_GENERAL;
-    }
-    uint64_t movers = 0;
-    for (int32_t i = 0; i < plain->count; i++) {
-        const int32_t p = item_position(plain->items[i]);
-        if (!t->scans[p]) {
-            continue;
-        }
-        const int32_t mask = mask_index(t, p);  /* may grow ``mask_bits``: read after it */
-        if (mask < 0) {
-            return PLAIN_ERROR;
-        }
-        if (t->mask_bits[mask][byte >> 3] >> (byte & 7) & 1) {
-            movers |= (uint64_t)1 << i;
-        }
-    }
-    const long successor = movers ? plain_successor(t, plain, movers) : -1;
-    if (successor == -2) {
-        return PLAIN_ERROR;
-    }
-    if (successor == PLAIN_GENERAL_SUCCESSOR) {
-        return PLAIN_GENERAL;
-    }
-    /* Interning never replaces the table (a caller grows it for a configuration past its
-     * end afterwards): the row is where it was. */
-    row[byte] = (int32_t)successor;
-    return PLAIN_DONE;
-}
-
-/* ``plain_fill`` of one byte's entry (by the byte alone first with ``byte_alone``, see
- * ``plain_byte_entry``): PLAIN_DONE with the entry in ``result``, PLAIN_ERROR with
- * ``result`` NULL, or PLAIN_GENERAL. */
+/* ``plain_fill`` of one byte's entry: PLAIN_DONE with the entry in ``result``, PLAIN_ERROR
+ * with ``result`` NULL, or PLAIN_GENERAL. */
 static int plain_entry(NfaTables *t, long config, int byte, int byte_alone, PyObject **result) {
-    int status = byte_alone ? plain_byte_entry(t, config, byte) : PLAIN_GENERAL;
-    if (status == PLAIN_GENERAL) {
-        status = plain_fill(t, config, byte, 0, NULL, 0);
-    }
+    const int status = plain_fill(t, config, byte, 0, NULL, 0, byte_alone);
     if (status == PLAIN_DONE) {
         *result = PyLong_FromLong(((const int32_t *)t->table_buffer.buf)[(Py_ssize_t)config * 256 + byte]);
         return *result == NULL ? PLAIN_ERROR : PLAIN_DONE;
@@ -3432,7 +3422,7 @@ static PyObject *few_entries_locked(NfaTables *t, long config, int byte, const u
  * row (no plain scan, a partition not made, a closure meeting an intersection, no spare
  * table row for a new configuration, or a limit exceeded, which Python raises). */
 static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8_t *wanted) {
-    const int plain = plain_fill(t, config, -1, end, wanted, 1);
+    const int plain = plain_fill(t, config, -1, end, wanted, 1, 0);
     if (plain == PLAIN_ERROR) {
         return NULL;
     }
@@ -3740,19 +3730,13 @@ PyObject *utf8_agrees_config(PyObject *self, PyObject *args) {
     } else if (plain != NULL) {
         /* Its scanning items, each moved past its byte set (a plain item packs what it carries). */
         ScanEntry entries[PLAIN_MAX_ITEMS];
+        int32_t masks[PLAIN_MAX_ITEMS];
         Py_ssize_t count = 0;
-        int agrees = 0;
+        int agrees = plain_item_masks(t, plain, masks);
         for (int32_t i = 0; i < plain->count && agrees == 0; i++) {
-            const uint64_t item = plain->items[i];
-            const int32_t p = item_position(item);
-            if (!t->scans[p]) {
-                continue;
-            }
-            const int32_t index = mask_index(t, p);
-            if (index < 0) {
-                agrees = -1;
-            } else {
-                entries[count++] = (ScanEntry){index, packed_item(carried_of(item), t->out[p])};
+            if (masks[i] >= 0) {
+                const uint64_t item = plain->items[i];
+                entries[count++] = (ScanEntry){masks[i], packed_item(carried_of(item), t->out[item_position(item)])};
             }
         }
         if (agrees == 0) {

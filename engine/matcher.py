@@ -744,7 +744,6 @@ class Matcher(MatcherBase):
         self._text_check = getattr(grammar, "text_check", None)
         lean = max_tokens is None and not self._hooks and self._text_check is None
         self._lean_step = getattr(automaton, "step_bytes", None) if lean else None
-        self._eos_ids = vocab.eos_token_ids
         self._check_memo: tuple | None = None
         self._check_mask_memo: list | None = None
         self._partials_bounded: bool | None = None
@@ -830,7 +829,8 @@ class Matcher(MatcherBase):
         # No budget, token hooks or text check: the state after a text token is its bytes'
         # (``MatcherBase.advance`` through ``_accepts_token``, without the layers).
         token_id = _as_token_id(token_id)
-        data = None if self._finished[-1] or token_id in self._eos_ids else self.vocab.text_bytes_of(token_id)
+        vocab = self.vocab
+        data = None if self._finished[-1] or token_id in vocab.eos_token_ids else vocab.text_bytes_of(token_id)
         if data is None:
             return super().advance(token_id)
         end = step_bytes(self._states[-1], data)
