@@ -1862,16 +1862,42 @@ PyObject *bind_containers(PyObject *self, PyObject *args) {
 #define SUCCESSOR_TOO_MANY_ITEMS (-10)
 #define SUCCESSOR_TOO_MANY_CONFIGS (-11)
 
-static long intern_items_of(NfaTables *t, PyObject *items, int plain_accepting);
+static long plain_known(NfaTables *t, PyObject *items);
+static PyObject *config_items(NfaTables *t, long config);
+static int adopt_items(NfaTables *t, long config, PyObject *items);
+static int plain_index_config(NfaTables *t, long config);
 
-static long intern_items(NfaTables *t, PyObject *items) {
-    return intern_items_of(t, items, -1);
+/* Append a configuration's entries to the automaton's four lists together (its items,
+ * None for one in plain form; whether it accepts; its callers table; its context): 0, or
+ * -1 with an exception set and the lists as they were. */
+static int append_config(NfaTables *t, PyObject *items, int accepting, PyObject *callers, PyObject *context) {
+    PyObject *lists[] = {t->configs, t->accepting, t->callers, t->contexts};
+    PyObject *values[] = {items, accepting ? Py_True : Py_False, callers, context};
+    const Py_ssize_t config = PyList_GET_SIZE(t->configs);
+    for (int grown = 0; grown < 4; grown++) {
+        if (PyList_Append(lists[grown], values[grown]) < 0) {
+            for (int i = 0; i < grown; i++) {
+                PyList_SetSlice(lists[i], config, config + 1, NULL);
+            }
+            return -1;
+        }
+    }
+    return 0;
 }
 
-/* ``intern_items`` of items known to be plain when ``plain_accepting`` is not negative
- * (then whether one of them accepts): they make no calls, so their callers table is None
- * and nothing of them needs reading back. */
-static long intern_items_of(NfaTables *t, PyObject *items, int plain_accepting) {
+/* Take the last configuration appended off the four lists again (a failure after it). */
+static void drop_last_config(NfaTables *t) {
+    PyObject *lists[] = {t->configs, t->accepting, t->callers, t->contexts};
+    for (int i = 0; i < 4; i++) {
+        const Py_ssize_t size = PyList_GET_SIZE(lists[i]);
+        PyList_SetSlice(lists[i], size - 1, size, NULL);
+    }
+}
+
+/* Intern ``items``: the number of the configuration they make, new or known (also one
+ * known only in plain form, see ``plain_known``), SUCCESSOR_TOO_MANY_CONFIGS past the
+ * limit, -1 with an exception set on error. A new one with a plain form is indexed by it. */
+static long intern_items(NfaTables *t, PyObject *items) {
     PyObject *found = PyDict_GetItemWithError(t->index, items);
     if (found != NULL) {
         return PyLong_AsLong(found);
@@ -1879,18 +1905,19 @@ static long intern_items_of(NfaTables *t, PyObject *items, int plain_accepting) 
     if (PyErr_Occurred()) {
         return -1;
     }
+    const long known = plain_known(t, items);
+    if (known != -1) {
+        return known == -2 || adopt_items(t, known, items) < 0 ? -1 : known;
+    }
     const Py_ssize_t config = PyList_GET_SIZE(t->configs);
     if (config >= t->max_configs) {
         return SUCCESSOR_TOO_MANY_CONFIGS;
     }
-    int accepting = plain_accepting;
-    PyObject *callers = Py_None, *number = PyLong_FromSsize_t(config);
-    if (number == NULL || (plain_accepting < 0 && intern_info_of(t, items, &accepting, &callers) < 0)) {
+    int accepting;
+    PyObject *callers, *number = PyLong_FromSsize_t(config);
+    if (number == NULL || intern_info_of(t, items, &accepting, &callers) < 0) {
         Py_XDECREF(number);
         return -1;
-    }
-    if (plain_accepting >= 0) {
-        Py_INCREF(callers);
     }
     PyObject *context = NULL;
     if (callers == Py_None) {
@@ -1907,26 +1934,16 @@ static long intern_items_of(NfaTables *t, PyObject *items, int plain_accepting) 
         Py_DECREF(number);
         return -1;
     }
-    /* The lists grow together: a failure leaves them as they were. */
-    PyObject *lists[] = {t->configs, t->accepting, t->callers, t->contexts};
-    PyObject *values[] = {items, accepting ? Py_True : Py_False, callers, context};
-    int status = 0, grown = 0;
-    while (status == 0 && grown < 4) {
-        if ((status = PyList_Append(lists[grown], values[grown])) == 0) {
-            grown++;
-        }
-    }
-    if (status == 0) {
-        status = PyDict_SetItem(t->index, items, number);
-    }
-    if (status < 0) {
-        for (int i = 0; i < grown; i++) {
-            PyList_SetSlice(lists[i], config, config + 1, NULL);
-        }
+    int status = append_config(t, items, accepting, callers, context);
+    if (status == 0 && (status = PyDict_SetItem(t->index, items, number)) < 0) {
+        drop_last_config(t);
     }
     Py_DECREF(context);
     Py_DECREF(callers);
     Py_DECREF(number);
+    if (status == 0 && callers == Py_None) {
+        status = plain_index_config(t, (long)config);
+    }
     return status < 0 ? -1 : (long)config;
 }
 
@@ -2160,7 +2177,8 @@ static PyObject *row_scan(NfaTables *t, PyObject *config_number, long config, in
     if (PyErr_Occurred()) {
         return NULL;
     }
-    PyObject *by_mask = plain_scans_of(t, PyList_GET_ITEM(t->configs, config), config);
+    PyObject *items = config_items(t, config);
+    PyObject *by_mask = items == NULL ? NULL : plain_scans_of(t, items, config);
     if (by_mask == NULL || by_mask == Py_None) {
         return by_mask;
     }
@@ -2599,6 +2617,11 @@ static int plain_position(const NfaTables *t, int32_t p) {
            (t->tail_start == NULL || t->tail_start[p] < 0);
 }
 
+static int int32_order(const void *left, const void *right) {
+    const int32_t a = *(const int32_t *)left, b = *(const int32_t *)right;
+    return (a > b) - (a < b);
+}
+
 static int uint64_order(const void *left, const void *right) {
     const uint64_t a = *(const uint64_t *)left, b = *(const uint64_t *)right;
     return (a > b) - (a < b);
@@ -2646,21 +2669,15 @@ static int32_t plain_count_tag(PyObject *state) {
 
 /* The plain form of ``config`` (NOT_PLAIN when it has none, read off its items the first
  * time), or NULL with an exception set. */
-static PlainConfig *plain_config_of(NfaTables *t, long config) {
-    if (plain_reserve(t, config) < 0) {
-        return NULL;
-    }
-    if (t->plain[config] != NULL) {
-        return t->plain[config];
-    }
-    PyObject *items = PyList_GET_ITEM(t->configs, config);
-    uint64_t found[PLAIN_MAX_ITEMS];
-    int32_t count = 0;
+/* The plain form of ``items`` into ``found`` (sorted, distinct, ``*count`` of them): 1, 0
+ * when they have none, -1 on error. */
+static int plain_form_of(NfaTables *t, PyObject *items, uint64_t found[PLAIN_MAX_ITEMS], int32_t *count) {
+    *count = 0;
     /* Every position of a grammar this size fits a plain item. */
     int plain = t->size <= PLAIN_MAX_POSITION && PyAnySet_Check(items) && PySet_GET_SIZE(items) <= PLAIN_MAX_ITEMS;
     PyObject *iterator = plain ? PyObject_GetIter(items) : NULL, *item;
     if (plain && iterator == NULL) {
-        return NULL;
+        return -1;
     }
     while (plain && (item = PyIter_Next(iterator)) != NULL) {
         int32_t p;
@@ -2679,26 +2696,147 @@ static PlainConfig *plain_config_of(NfaTables *t, long config) {
                 status = origin == PLAIN_ORIGIN_OVER ? status : -1;
             }
         }
-        Py_DECREF(item);  /* the fields stay alive through the configuration's items */
+        Py_DECREF(item);  /* the fields stay alive through the items */
         if (status < 0) {
             Py_DECREF(iterator);
-            return NULL;
+            return -1;
         }
         if (plain) {
-            found[count++] = plain_item(origin, count_tag, p);
+            found[(*count)++] = plain_item(origin, count_tag, p);
         }
     }
     Py_XDECREF(iterator);
     if (PyErr_Occurred()) {
+        return -1;
+    }
+    if (!plain) {
+        return 0;
+    }
+    *count = sorted_distinct(found, *count);
+    return 1;
+}
+
+static PlainConfig *plain_config_of(NfaTables *t, long config) {
+    if (plain_reserve(t, config) < 0) {
+        return NULL;
+    }
+    if (t->plain[config] != NULL) {
+        return t->plain[config];
+    }
+    uint64_t found[PLAIN_MAX_ITEMS];
+    int32_t count;
+    PyObject *items = config_items(t, config);
+    const int plain = items == NULL ? -1 : plain_form_of(t, items, found, &count);
+    if (plain < 0) {
         return NULL;
     }
     if (!plain) {
         t->plain[config] = NOT_PLAIN;
         return NOT_PLAIN;
     }
-    count = sorted_distinct(found, count);
     return plain_register(t, config, found, count) < 0 ? NULL : t->plain[config];
 }
+
+/* The configuration known in plain form whose items ``items`` are (``plain_successor``
+ * makes its configurations without Python items, so the index of items lacks them), -1
+ * when there is none, -2 on error. */
+static long plain_known(NfaTables *t, PyObject *items) {
+    uint64_t found[PLAIN_MAX_ITEMS];
+    int32_t count;
+    const int plain = plain_form_of(t, items, found, &count);
+    if (plain <= 0) {
+        return plain < 0 ? -2 : -1;
+    }
+    const PlainSlot *slot = plain_slot(t, plain_hash(found, count), found, count);
+    return slot != NULL && slot->config >= 0 ? slot->config : -1;
+}
+
+/* Index a configuration the general way made by its plain form, if it has one: a plain
+ * successor reaching the same items finds it there. -1 on error. */
+static int plain_index_config(NfaTables *t, long config) {
+    return plain_config_of(t, config) == NULL ? -1 : 0;
+}
+
+/* The Python items of a configuration in plain form (a new reference). */
+static PyObject *plain_items_object(NfaTables *t, const PlainConfig *plain) {
+    PyObject *items = PyFrozenSet_New(NULL);
+    int any_tracked = 0;
+    if (items == NULL) {
+        return NULL;
+    }
+    for (int32_t i = 0; i < plain->count; i++) {
+        const uint64_t value = plain->items[i];
+        const int32_t count_tag = item_count_tag(value);
+        PyObject *state = count_tag ? count_object(t, count_tag - 1) : Py_NewRef(Py_None);
+        PyObject *item = state == NULL ? NULL :
+            item_of(t, item_position(value), origin_object(t, item_origin(value)), Py_None, state);
+        Py_XDECREF(state);  /* the item holds it */
+        if (item == NULL || add_item(items, item, &any_tracked) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(items);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    if (!any_tracked) {
+        PyObject_GC_UnTrack(items);  /* as ``plain_frozenset`` */
+    }
+    return items;
+}
+
+/* Give configuration ``config`` its Python ``items`` (a borrowed reference) when it has
+ * none yet, and index them; -1 on error. */
+static int adopt_items(NfaTables *t, long config, PyObject *items) {
+    if (PyList_GET_ITEM(t->configs, config) != Py_None) {
+        return 0;
+    }
+    PyObject *number = PyLong_FromLong(config);
+    const int status = number == NULL ? -1 : PyDict_SetItem(t->index, items, number);
+    Py_XDECREF(number);
+    return status < 0 ? -1 : PyList_SetItem(t->configs, config, Py_NewRef(items));
+}
+
+/* The items of configuration ``config`` (a borrowed reference), made from its plain form
+ * on first use; NULL with an exception set on error. */
+static PyObject *config_items(NfaTables *t, long config) {
+    PyObject *items = PyList_GET_ITEM(t->configs, config);
+    if (items != Py_None) {
+        return items;
+    }
+    const PlainConfig *plain = config < t->plain_capacity ? t->plain[config] : NULL;
+    if (plain == NULL || plain == NOT_PLAIN) {
+        PyErr_Format(PyExc_RuntimeError, "configuration %ld has neither items nor a plain form", config);
+        return NULL;
+    }
+    items = plain_items_object(t, plain);
+    const int status = items == NULL ? -1 : adopt_items(t, config, items);
+    Py_XDECREF(items);  /* the list holds it */
+    return status < 0 ? NULL : PyList_GET_ITEM(t->configs, config);
+}
+
+/* Intern a new configuration in plain form, its Python items left to ``config_items``:
+ * appended as ``intern_items`` appends (no calls, so no callers table), then indexed
+ * by its plain form. Its number, SUCCESSOR_TOO_MANY_CONFIGS past the limit, -1 on error. */
+static long intern_plain(NfaTables *t, const uint64_t *values, int32_t count, int accepting) {
+    const Py_ssize_t config = PyList_GET_SIZE(t->configs);
+    if (config >= t->max_configs) {
+        return SUCCESSOR_TOO_MANY_CONFIGS;
+    }
+    PyObject *number = PyLong_FromSsize_t(config);
+    if (number == NULL) {
+        return -1;
+    }
+    int status = append_config(t, Py_None, accepting, Py_None, number);
+    if (status == 0 && (status = plain_register(t, config, values, count)) < 0) {
+        if (config < t->plain_capacity) {
+            t->plain[config] = NULL;
+        }
+        drop_last_config(t);
+    }
+    Py_DECREF(number);
+    return status < 0 ? -1 : (long)config;
+}
+
 /* Past this many splits kept, the cache starts over (only sharing is lost). */
 #define SPLITS_KEPT 4096
 
@@ -3107,41 +3245,18 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
         result = slot->config;
         goto done;
     }
-    /* New in this form: its Python items, interned as the general way does. */
-    PyObject *items = PyFrozenSet_New(NULL);
-    int any_tracked = 0;
-    if (items == NULL) {
-        result = -2;
-        goto done;
-    }
+    /* New: interned in plain form, its Python items made only if something asks for them. */
     int accepting = 0;
     for (int32_t i = 0; i < count; i++) {
-        const uint64_t value = closed->values[i];
-        accepting |= t->kind[item_position(value)] == K_ACCEPT;
-        const int32_t count_tag = item_count_tag(value);
-        PyObject *state = count_tag ? count_object(t, count_tag - 1) : Py_NewRef(Py_None);
-        PyObject *item = state == NULL ? NULL :
-            item_of(t, item_position(value), origin_object(t, item_origin(value)), Py_None, state);
-        Py_XDECREF(state);  /* the item holds it */
-        if (item == NULL || add_item(items, item, &any_tracked) < 0) {
-            Py_XDECREF(item);
-            Py_DECREF(items);
-            result = -2;
-            goto done;
-        }
-        Py_DECREF(item);
+        accepting |= t->kind[item_position(closed->values[i])] == K_ACCEPT;
     }
-    if (!any_tracked) {
-        PyObject_GC_UnTrack(items);  /* as ``plain_frozenset`` */
-    }
-    const long config = intern_items_of(t, items, accepting);
-    Py_DECREF(items);
-    if (config == -1 && PyErr_Occurred()) {
+    const long config = intern_plain(t, closed->values, count, accepting);
+    if (config == -1) {
         result = -2;
     } else if (config < 0) {
         result = PLAIN_GENERAL_SUCCESSOR;  /* past max_configs: the general way raises */
     } else {
-        result = plain_register(t, config, closed->values, count) < 0 ? -2 : config;
+        result = config;
     }
 
 done:
@@ -3352,7 +3467,8 @@ static int byte_entry_locked(NfaTables *t, long config, int byte, PyObject **res
     PyObject *kernel = PyFrozenSet_New(NULL), *iterator = NULL, *item;
     SelfOrigin self_origin = {NULL, NULL};
     int any_tracked = 0, status = BYTE_ENTRY_MADE;
-    if (kernel == NULL || (iterator = PyObject_GetIter(PyList_GET_ITEM(t->configs, config))) == NULL) {
+    PyObject *items = kernel == NULL ? NULL : config_items(t, config);
+    if (items == NULL || (iterator = PyObject_GetIter(items)) == NULL) {
         status = BYTE_ENTRY_ERROR;
     }
     while (status == BYTE_ENTRY_MADE && (item = PyIter_Next(iterator)) != NULL) {
@@ -3899,10 +4015,44 @@ done:
 }
 
 /* ``count_shifted`` with the automaton's lock held: ``by`` comes as ``locked``'s byte. */
+/* ``count_shifted`` of a configuration in plain form, its items' counts (which a plain item
+ * carries) moved on by ``by`` without making its Python items; the new one interned in
+ * plain form. As ``plain_successor`` answers. */
+static long plain_count_shifted(NfaTables *t, const PlainConfig *plain, int by) {
+    uint64_t shifted[PLAIN_MAX_ITEMS];
+    int accepting = 0;
+    for (int32_t i = 0; i < plain->count; i++) {
+        const uint64_t item = plain->items[i];
+        const int32_t tag = item_count_tag(item);
+        if (tag > 0 && (int64_t)tag + by > PLAIN_MAX_COUNT_TAG) {
+            return PLAIN_GENERAL_SUCCESSOR;
+        }
+        shifted[i] = tag > 0 ? plain_item(item_origin(item), tag + by, item_position(item)) : item;
+        accepting |= t->kind[item_position(item)] == K_ACCEPT;
+    }
+    const int32_t count = sorted_distinct(shifted, plain->count);
+    const PlainSlot *slot = plain_slot(t, plain_hash(shifted, count), shifted, count);
+    if (slot != NULL && slot->config >= 0) {
+        return slot->config;
+    }
+    const long config = intern_plain(t, shifted, count, accepting);
+    return config == -1 ? -2 : config < 0 ? PLAIN_GENERAL_SUCCESSOR : config;
+}
+
 static PyObject *count_shifted_locked(NfaTables *t, long config, int by, const uint8_t *wanted) {
     (void)wanted;
-    PyObject *items = PyList_GET_ITEM(t->configs, config);
-    PyObject *shifted = PyFrozenSet_New(NULL);
+    const PlainConfig *plain = plain_config_of(t, config);
+    if (plain == NULL) {
+        return NULL;
+    }
+    if (plain != NOT_PLAIN) {
+        const long found = plain_count_shifted(t, plain, by);
+        if (found != PLAIN_GENERAL_SUCCESSOR) {
+            return found == -2 ? NULL : PyLong_FromLong(found);
+        }
+    }
+    PyObject *items = config_items(t, config);
+    PyObject *shifted = items == NULL ? NULL : PyFrozenSet_New(NULL);
     PyObject *iterator = shifted == NULL ? NULL : PyObject_GetIter(items);
     PyObject *item, *result = NULL;
     int any_tracked = 0;
@@ -3969,6 +4119,123 @@ PyObject *count_shifted(PyObject *self, PyObject *args) {
         return NULL;
     }
     return locked(t, count_shifted_locked, config, by, NULL);
+}
+
+/* The bound tables of ``capsule`` when ``config`` is one of their configurations; NULL
+ * with an exception set (an IndexError naming ``function`` for no such configuration). */
+static NfaTables *tables_with_config(PyObject *capsule, long config, const char *function) {
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, function) < 0) {
+        return NULL;
+    }
+    if (config < 0 || config >= PyList_GET_SIZE(t->configs)) {
+        PyErr_Format(PyExc_IndexError, "%s: no such configuration", function);
+        return NULL;
+    }
+    return t;
+}
+
+const char items_doc[] = (
+"items(tables, config)\n"
+"\n"
+"The items (a frozenset) of configuration ``config``, bound with ``bind``: a configuration\n"
+"made in plain form gets them on first use.");
+
+PyObject *configuration_items(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    long config;
+    if (!PyArg_ParseTuple(args, "Ol:items", &capsule, &config)) {
+        return NULL;
+    }
+    NfaTables *t = tables_with_config(capsule, config, "items");
+    return t == NULL ? NULL : Py_XNewRef(config_items(t, config));
+}
+
+const char intern_doc[] = (
+"intern(tables, items)\n"
+"\n"
+"As ``ByteAutomaton._intern`` with the containers given to ``bind`` (a configuration known\n"
+"in plain form only is found too): the configuration's number, or -11 when interning\n"
+"would exceed max_configs.");
+
+static PyObject *intern_locked(NfaTables *t, PyObject *items) {
+    const long config = intern_items(t, items);
+    return config == -1 && PyErr_Occurred() ? NULL : PyLong_FromLong(config);
+}
+
+PyObject *intern_configuration(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *items;
+    if (!PyArg_ParseTuple(args, "OO!:intern", &capsule, &PyFrozenSet_Type, &items)) {
+        return NULL;
+    }
+    NfaTables *t = tables_of(capsule);
+    if (t == NULL || check_bound(t, "intern") < 0 || tables_lock(t) < 0) {
+        return NULL;
+    }
+    return tables_unlock(t, intern_locked(t, items));
+}
+
+const char shifted_counts_doc[] = (
+"shifted_counts(tables, config, successor)\n"
+"\n"
+"For ``ByteAutomaton.count_shift_span``, read off plain forms: the counts (a sorted list)\n"
+"of ``config``'s counted items when ``successor`` holds exactly its items with every\n"
+"count one higher, an empty list when it does not, None when either configuration has no\n"
+"plain form.");
+
+PyObject *shifted_counts(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    long config, successor;
+    if (!PyArg_ParseTuple(args, "Oll:shifted_counts", &capsule, &config, &successor)) {
+        return NULL;
+    }
+    NfaTables *t = tables_with_config(capsule, config, "shifted_counts");
+    if (t == NULL || tables_with_config(capsule, successor, "shifted_counts") == NULL || tables_lock(t) < 0) {
+        return NULL;
+    }
+    const PlainConfig *from = plain_config_of(t, config), *to = from == NULL ? NULL : plain_config_of(t, successor);
+    if (to == NULL) {
+        return tables_unlock(t, NULL);
+    }
+    if (from == NOT_PLAIN || to == NOT_PLAIN) {
+        return tables_unlock(t, Py_NewRef(Py_None));
+    }
+    uint64_t shifted[PLAIN_MAX_ITEMS];
+    int32_t tags[PLAIN_MAX_ITEMS], num_tags = 0;
+    for (int32_t i = 0; i < from->count; i++) {
+        const uint64_t item = from->items[i];
+        const int32_t tag = item_count_tag(item);
+        if (tag > 0) {
+            if (tag >= PLAIN_MAX_COUNT_TAG) {
+                return tables_unlock(t, Py_NewRef(Py_None));
+            }
+            tags[num_tags++] = tag;
+        }
+        shifted[i] = tag > 0 ? plain_item(item_origin(item), tag + 1, item_position(item)) : item;
+    }
+    const int32_t count = sorted_distinct(shifted, from->count);
+    PyObject *result = PyList_New(0);
+    if (result == NULL || num_tags == 0 || count != to->count ||
+        memcmp(shifted, to->items, (size_t)count * sizeof(uint64_t)) != 0) {
+        return tables_unlock(t, result);
+    }
+    qsort(tags, (size_t)num_tags, sizeof(int32_t), int32_order);
+    for (int32_t i = 0; i < num_tags; i++) {
+        if (i > 0 && tags[i] == tags[i - 1]) {
+            continue;
+        }
+        PyObject *number = PyLong_FromLong(tags[i] - 1);
+        if (number == NULL || PyList_Append(result, number) < 0) {
+            Py_XDECREF(number);
+            Py_DECREF(result);
+            return tables_unlock(t, NULL);
+        }
+        Py_DECREF(number);
+    }
+    return tables_unlock(t, result);
 }
 
 int32_t native_entry(PyObject *tables, int32_t config, int32_t value, Py_ssize_t num_rows, int few_bytes_read) {
@@ -4305,7 +4572,8 @@ static PyObject *continuation_key(BoundTables *b, int32_t rule) {
  * intersection needs Python's search, -1 on error. ``memo`` holds the continuation tables
  * already made, ``table_of(caller)`` makes one. */
 static int config_bound(NfaTables *t, BoundTables *b, long config, PyObject *memo, PyObject *table_of, double *bound) {
-    PyObject *iterator = PyObject_GetIter(PyList_GET_ITEM(t->configs, config));
+    PyObject *items = config_items(t, config);
+    PyObject *iterator = items == NULL ? NULL : PyObject_GetIter(items);
     if (iterator == NULL) {
         return -1;
     }

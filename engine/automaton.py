@@ -1940,7 +1940,9 @@ class ByteAutomaton:
             nfa.has_any or any(limit is not None for limit in nfa.except_limit)
         )
         self._local: dict[int, tuple[int, ...]] = {}
-        self._configs: list[frozenset] = []
+        # Items by configuration; None for one the native code made in plain form until
+        # something reads its items (``_items``), which also enters them in the index.
+        self._configs: list[frozenset | None] = []
         self._index: dict[frozenset, int] = {}
         self._accepting: list[bool] = []
         self._callers: list[dict | None] = []
@@ -1954,6 +1956,7 @@ class ByteAutomaton:
         self._boundary: dict[int, int] = {}
         self._after_any: dict[int, int] = {}
         self._next_bytes: dict[int, bytes] = {}
+        self._only_next: dict[int, int] = {}
         self._continues: dict[int, bool] = {}
         self._live_ascii: dict[int, int] = {}
         self._utf8_agreement: dict[tuple[int, int], bool] = {}
@@ -2012,7 +2015,7 @@ class ByteAutomaton:
         nfa = self._nfa
         kind, mask_of = nfa.kind, nfa.mask
         masks = set(self._except_byte_masks())
-        for p, _o, _w, _t in self._configs[cid]:
+        for p, _o, _w, _t in self._items(cid):
             mask = mask_of[p]
             if mask and kind[p] in _CONSUMING:
                 masks.add(mask)
@@ -2193,7 +2196,16 @@ class ByteAutomaton:
         tails = nfa.search_tails
         return frozenset(items) if tails is None else tails.without_subsumed(frozenset(items))
 
+    def _items(self, cid: int) -> frozenset:
+        """The items of configuration ``cid`` (one the native code made in plain form gets
+        them on first use)."""
+        items = self._configs[cid]
+        return items if items is not None else native.states.items(self._native, cid)
+
     def _intern(self, items: frozenset) -> int:
+        if self._native is not None:
+            # The native index also finds configurations made in plain form, without items.
+            return self._native_config(native.states.intern(self._native, items))
         cid = self._index.get(items)
         if cid is not None:
             return cid
@@ -2204,14 +2216,9 @@ class ByteAutomaton:
         self._index[items] = cid
         # The callers table with the origins of the configuration's own calls still SELF,
         # until its context is known.
-        if self._native is not None:
-            accepting, callers = native.states.intern_info(self._native, items)
-            if callers is not None:
-                context, callers = native.states.settle_context(self._native, callers, cid)
-        else:
-            accepting, callers = self._intern_info(items)
-            if callers is not None:
-                context, callers = self._settle_context(callers, cid)
+        accepting, callers = self._intern_info(items)
+        if callers is not None:
+            context, callers = self._settle_context(callers, cid)
         self._accepting.append(accepting)
         self._callers.append(callers)
         self._contexts.append(cid if callers is None else context)
@@ -2344,10 +2351,10 @@ class ByteAutomaton:
         needs (no ``except!`` watches or intersections); else None."""
         nfa = self._nfa
         if self._native is not None:
-            return native.states.plain_scans(self._native, self._configs[cid], cid)
+            return native.states.plain_scans(self._native, self._items(cid), cid)
         kind, out, arg, mask_of = nfa.kind, nfa.out, nfa.arg, nfa.mask
         by_mask: dict[int, list] = {}
-        for p, o, w, t in self._configs[cid]:
+        for p, o, w, t in self._items(cid):
             if not mask_of[p] or kind[p] not in _CONSUMING:
                 continue
             if w is not None:
@@ -2376,7 +2383,7 @@ class ByteAutomaton:
         # Scanned items, and for each byte class the indices of the items it scans to.
         scanned_items: list = []
         by_class: defaultdict[int, list[int]] = defaultdict(list)
-        for item in self._configs[cid]:
+        for item in self._items(cid):
             p, o, w, t = item
             if not mask_of[p] or kind[p] not in _CONSUMING:
                 continue
@@ -2515,7 +2522,7 @@ class ByteAutomaton:
         kind, out, arg, mask_of = nfa.kind, nfa.out, nfa.arg, nfa.mask
         by_mask: dict[int, list] = {}
         any_intersection_goes_on = False
-        for p, o, w, t in self._configs[config]:
+        for p, o, w, t in self._items(config):
             if not mask_of[p] or kind[p] not in _CONSUMING:
                 continue
             k = kind[p]
@@ -2662,18 +2669,10 @@ class ByteAutomaton:
         """
         if not self._nfa.counters or config < 0 or successor < 0:
             return 0
-        counts = set()
-        moved = []
-        for item in self._configs[config]:
-            p, o, w, t = item
-            if o is not None and o[0] == SELF:
-                return 0  # the origin names the configuration itself, which a shift changes
-            if type(t) is int:
-                counts.add(t)
-                moved.append((p, o, w, t + 1))
-            else:
-                moved.append(item)
-        if not counts or frozenset(moved) != self._configs[successor]:
+        counts = None if self._native is None else native.states.shifted_counts(self._native, config, successor)
+        if counts is None:
+            counts = self._shifted_counts(config, successor)
+        if not counts:
             return 0
         bounds = self._count_bounds()
         span = MAX_CONFIGS
@@ -2684,6 +2683,24 @@ class ByteAutomaton:
             if above < len(bounds):
                 span = min(span, bounds[above] - count - 2)
         return max(span, 0)
+
+    def _shifted_counts(self, config: int, successor: int) -> set[int]:
+        """The counts of ``config``'s counted items when ``successor`` holds exactly its
+        items with every count one higher, else none."""
+        counts = set()
+        moved = []
+        for item in self._items(config):
+            p, o, w, t = item
+            if o is not None and o[0] == SELF:
+                return set()  # the origin names the configuration itself, which a shift changes
+            if type(t) is int:
+                counts.add(t)
+                moved.append((p, o, w, t + 1))
+            else:
+                moved.append(item)
+        if not counts or frozenset(moved) != self._items(successor):
+            return set()
+        return counts
 
     def count_shifted(self, config: int, by: int) -> int:
         """The configuration of ``config``'s items with every iteration count ``by`` higher
@@ -2698,7 +2715,7 @@ class ByteAutomaton:
             shifted = self._native_config(native.states.count_shifted(self._native, config, by))
         if shifted is None:
             items = _frozen(
-                [(p, o, w, t + by) if type(t) is int else (p, o, w, t) for p, o, w, t in self._configs[config]]
+                [(p, o, w, t + by) if type(t) is int else (p, o, w, t) for p, o, w, t in self._items(config)]
             )
             with self._lock:
                 shifted = self._intern(items)
@@ -2770,8 +2787,22 @@ class ByteAutomaton:
         else -1. Two live ASCII bytes answer without computing the rest of the row."""
         if config < 0 or self.live_ascii_count(config) > 1:
             return -1
-        following = self.next_bytes(config)
-        return following[0] if len(following) == 1 else -1
+        found = self._only_next.get(config)
+        if found is None:
+            found = self._only_next[config] = self._find_only_next_byte(config)
+        return found
+
+    def _find_only_next_byte(self, config: int) -> int:
+        # Asked at every new mask of a forced literal: the native count of the whole row's
+        # live entries answers without making the row's list of live bytes.
+        live = native.states.fill_row(self._native, config) if self._native is not None else None
+        if live is None:
+            following = self.next_bytes(config)
+            return following[0] if len(following) == 1 else -1
+        if live != 1:
+            return -1
+        row = self._table[config]
+        return int(np.argmax(row >= 0))
 
     def live_ascii_count(self, config: int) -> int:
         """How many ASCII bytes lead ``config`` somewhere live (only the ASCII part of its
@@ -2824,7 +2855,7 @@ class ByteAutomaton:
         kind, arg = nfa.kind, nfa.arg
         kernel = []
         changed = False
-        for item in self._configs[config]:
+        for item in self._items(config):
             p, o, w, t = item
             k = kind[p]
             if k == _ANY_INSIDE:
@@ -2857,7 +2888,7 @@ class ByteAutomaton:
     def _after_any_token_locked(self, config: int) -> int:
         nfa = self._nfa
         kernel = []
-        for p, o, w, t in self._configs[config]:
+        for p, o, w, t in self._items(config):
             if nfa.kind[p] == _ANY_START and (t is None or self._text_mode):
                 if o is not None and o[0] == SELF:
                     o = (self._contexts[config], o[1])
@@ -2934,7 +2965,7 @@ class ByteAutomaton:
         # An item's continuation is its caller's, read from the table of its origin; the
         # items of a configuration mostly share one origin.
         origin_config = continuations = None
-        for item in self._configs[config]:
+        for item in self._items(config):
             p, o, w, t = item
             if w is not None:
                 continue
@@ -3065,7 +3096,7 @@ class ByteAutomaton:
         owner = self._nfa.owner
         best, best_byte = float("inf"), -1
         kind, out, mask = self._nfa.kind, self._nfa.out, self._nfa.mask
-        for p, o, _w, t in self._configs[config]:
+        for p, o, _w, t in self._items(config):
             cost = dist[p]
             if kind[p] == _ISECT:
                 cost += self._nfa.intersections[out[p]].min_bytes(t)

@@ -8,7 +8,9 @@ closure, row scan and interning (``nfa_tables``, ``close``, ``plain_scans``, ``f
 the containers an automaton binds to its tables with ``bind``; ``entry`` and ``fill_row``,
 which fill a row entry, a whole row or the row's parts below a byte, and which the walks
 call directly; ``successors``, a row's successors by some bytes, filling the parts they
-fall in; ``count_shifted``, a configuration with its repetition counts moved on;
+fall in; ``count_shifted``, a configuration with its repetition counts moved on, and
+``shifted_counts``, whether a move only counts on; ``items``, a configuration's items,
+made on first use for one built in plain form, and ``intern``, which finds such a one too;
 ``utf8_agrees``;
 ``partition``, which splits the bytes by the byte sets a row scans; ``bound_tables`` and
 ``completion_bounds``, a token budget's completion bounds of many configurations). The

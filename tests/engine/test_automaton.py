@@ -285,7 +285,7 @@ def test_rules_with_equal_bodies_are_compiled_once():
     assert len(nfa.kind) < 0.6 * len(apart.kind)
     merged_automaton, apart_automaton = ByteAutomaton(nfa), ByteAutomaton(apart)
     inside = [_configs_along(automaton, b'a"xy')[-1] for automaton in (merged_automaton, apart_automaton)]
-    assert len(merged_automaton._configs[inside[0]]) < len(apart_automaton._configs[inside[1]])
+    assert len(merged_automaton._items(inside[0])) < len(apart_automaton._items(inside[1]))
     grammar, tail = Grammar(rules), '"' + "v" * (automaton_module.INLINE_LIMIT + 1)
     for text, expected in [(f'a"x{tail}!"y{tail}', True), (f'a"x{tail}?"\\n{tail}', True),
                            (f'a"x{tail}!"y{tail}?', False), (f'a"x{tail}?', False), (f'a"x{tail}!"y"', False)]:
@@ -955,21 +955,61 @@ def test_native_row_filled_for_some_bytes_fills_their_parts_only():
     row = automaton.transition_table[start]
     assert row[ord("b")] == automaton_module._UNKNOWN
     for value in b"acdef":
-        assert automaton._configs[row[value]] == stepped._configs[stepped.step(stepped.initial, value)]
+        assert automaton._items(row[value]) == stepped._items(stepped.step(stepped.initial, value))
     assert row[ord("g")] == DEAD and automaton.num_configs == 3
+
+
+def _rules_automaton(grammar: str, *, use_native: bool) -> ByteAutomaton:
+    """An automaton of its own (grammars share automata through a cache), with or without
+    the native extension."""
+    rules = dict(Grammar.from_ebnf(grammar).rules)
+    with pytest.MonkeyPatch.context() as patch:
+        if not use_native:
+            patch.setattr(native, "states", None)
+        return ByteAutomaton(build_nfa(rules, "start"))
+
+
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_plain_parse_states_get_their_items_when_asked_and_are_interned_once():
+    # No calls: items name no configuration, so two builds' items compare equal.
+    grammar = "start ::= #'[a-c]{2,6}' ('x' | 'yz')+ ;"
+    built = _rules_automaton(grammar, use_native=True)
+    python_only = _rules_automaton(grammar, use_native=False)
+    texts = [b"ab", b"abcx", b"aaaaayzx", b"ccyz"]
+    ends = [(built.step_bytes(built.initial, text), python_only.step_bytes(python_only.initial, text)) for text in texts]
+    made_plain = [config for config, _ in ends if built._configs[config] is None]
+    assert made_plain, "the native code makes these configurations in plain form, without items"
+    before = built.num_configs
+    for config, expected in ends:
+        # Interning the same items the general way finds the configuration made in plain
+        # form (their objects are another build's: found by value, not through an index).
+        assert built._intern(python_only._items(expected)) == config
+        assert built._items(config) == python_only._items(expected)
+        assert built.is_accepting(config) == python_only.is_accepting(expected)
+    assert built.num_configs == before
+    # Counted on in plain form: the configuration a counted character leads to.
+    one, two = built.step_bytes(built.initial, b"a"), built.step_bytes(built.initial, b"ab")
+    assert native.states.shifted_counts(built._native, two, built.step_bytes(two, b"c")) == [2]
+    assert built.count_shift_span(two, built.step_bytes(two, b"c")) == 2
+    assert built.count_shifted(two, 3) == built.step_bytes(two, b"bca")
+    # Past the lower bound the items change, not only their counts.
+    assert native.states.shifted_counts(built._native, one, two) == []
+    with pytest.raises(IndexError, match="no such configuration"):
+        native.states.items(built._native, built.num_configs)
 
 
 @pytest.mark.skipif(native.states is None, reason="the native extension is not built")
 def test_native_items_outside_calls_are_shared_between_parse_states():
     automaton = Grammar.from_ebnf("start ::= ('ab' | 'a' #'[b-c]' | 'x')+;").automaton
     automaton.step_bytes(automaton.initial, b"abacxab")
+    every_items = [automaton._items(config) for config in range(automaton.num_configs)]
     by_value: dict = {}
-    for items in automaton._configs:
+    for items in every_items:
         for item in items:
             by_value.setdefault(item, set()).add(id(item))
     assert all(item[1:] == (None, None, None) for item in by_value)
     repeated = [ids for ids in by_value.values() if len(ids) > 1]
-    assert not repeated and sum(item in items for items in automaton._configs for item in by_value) > len(by_value)
+    assert not repeated and sum(item in items for items in every_items for item in by_value) > len(by_value)
 
 
 @pytest.mark.skipif(native.states is None, reason="the native extension is not built")
@@ -978,7 +1018,7 @@ def test_native_parse_states_leave_the_garbage_collector_only_when_they_cannot_h
 
     automaton = Grammar.from_ebnf("start ::= v; v ::= '[' (v (',' v)*)? ']' | #'[a-z]+';").automaton
     automaton.step_bytes(automaton.initial, b"[[ab,[c]],[]]")
-    configs = automaton._configs
+    configs = [automaton._items(config) for config in range(automaton.num_configs)]
     assert len(configs) > 5
     called = [items for items in configs if any(o is not None for _p, o, _w, _t in items)]
     assert called, "the grammar's recursion puts origins in the items"
@@ -1008,13 +1048,13 @@ def test_threads_building_one_automaton_agree_with_one_thread():
     documents = [b'[a,{"x":[1,2]},bc]', b'{"k":{"j":[[]]},"i":77}', b"[[[[zz]]],[0,[q]]]", b'{"":[a,{}]}'] * 3
     nfa = build_nfa(dict(rules), "start")
     alone = ByteAutomaton(nfa)
-    expected = [(alone.is_accepting(c), alone._configs[c]) for c in (alone.step_bytes(alone.initial, d) for d in documents)]
+    expected = [(alone.is_accepting(c), alone._items(c)) for c in (alone.step_bytes(alone.initial, d) for d in documents)]
     shared = ByteAutomaton(nfa)
     results: dict[int, list] = {}
 
     def run(number: int) -> None:
         order = documents[number:] + documents[:number]
-        found = [(shared.is_accepting(c), shared._configs[c]) for c in (shared.step_bytes(shared.initial, d) for d in order)]
+        found = [(shared.is_accepting(c), shared._items(c)) for c in (shared.step_bytes(shared.initial, d) for d in order)]
         results[number] = found[len(documents) - number:] + found[: len(documents) - number]
 
     interval = sys.getswitchinterval()
@@ -1032,7 +1072,8 @@ def test_threads_building_one_automaton_agree_with_one_thread():
     # and item counts, and that every configuration of the shared automaton is interned once.
     for number in range(4):
         assert [(a, len(items)) for a, items in results[number]] == [(a, len(items)) for a, items in expected]
-    assert len(shared._index) == shared.num_configs == len(set(map(id, shared._configs)))
+    every_items = [shared._items(config) for config in range(shared.num_configs)]
+    assert len(set(every_items)) == shared.num_configs == len(shared._index)
 
 
 def test_node_hashes_are_memoised_but_not_pickled():
@@ -1156,7 +1197,7 @@ def test_native_successors_by_some_bytes_agree_with_stepping(dtype):
         expected = stepped.step(stepped.initial, value)
         assert (after == DEAD) == (expected == DEAD)
         if after != DEAD:
-            assert automaton._configs[after] == stepped._configs[expected]
+            assert automaton._items(after) == stepped._items(expected)
     assert automaton.transition_table[automaton.initial][ord("b")] == automaton_module._UNKNOWN
     digit = automaton.step(automaton.initial, ord("7"))
     assert list(automaton.successors(digit, np.frombuffer(b"09a", dtype=np.uint8))) == [digit, digit, DEAD]

@@ -282,10 +282,10 @@ def test_random_grammars_agree_with_a_reference_recogniser(twins, rule_bodies, t
 
 def _items_along(automaton, data: bytes) -> list:
     """The item sets of the configurations along ``data`` (ids can differ between builds)."""
-    config, found = automaton.initial, [automaton._configs[automaton.initial]]
+    config, found = automaton.initial, [automaton._items(automaton.initial)]
     for value in data:
         config = automaton.step(config, value)
-        found.append(None if config == DEAD else automaton._configs[config])
+        found.append(None if config == DEAD else automaton._items(config))
         if config == DEAD:
             break
     return found
@@ -517,7 +517,7 @@ def _items_of_choices(automaton, choices: list[int]) -> list:
     for choice in choices:
         options = automaton.next_bytes(config)
         # The interned facts too: acceptance and the rules its items call.
-        found.append((options, automaton._configs[config], automaton.is_accepting(config), _callers(automaton, config)))
+        found.append((options, automaton._items(config), automaton.is_accepting(config), _callers(automaton, config)))
         if not options:
             break
         config = automaton.step(config, options[choice % len(options)])

@@ -146,7 +146,7 @@ def test_native_and_python_drop_the_same_items(texts):
     for text in texts:
         encoded = text.encode()
         configs = (built.step_bytes(built.initial, encoded), python_only.step_bytes(python_only.initial, encoded))
-        items = [automaton._configs[config] if config != DEAD else None
+        items = [automaton._items(config) if config != DEAD else None
                  for automaton, config in zip((built, python_only), configs)]
         assert items[0] == items[1]
 
