@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -861,7 +861,13 @@ class GroupWithout:
 
 
 def _spec_without(spec: GroupSpec, dead: np.ndarray) -> GroupSpec:
-    key = _byte_key(dead)
+    return _spec_without_bytes(spec, _byte_key(dead))
+
+
+@lru_cache(maxsize=256)
+def _spec_without_bytes(spec: GroupSpec, key: bytes) -> GroupSpec:
+    # One spec per set of dead bytes, met at every configuration of a pattern leaving them
+    # out: its byte array is made once.
     return GroupSpec(f"{spec.name}-without-{key.hex()}", spec.ascii_bytes - frozenset(key), spec.non_ascii)
 
 
