@@ -4149,7 +4149,11 @@ PyObject *configuration_items(PyObject *self, PyObject *args) {
         return NULL;
     }
     NfaTables *t = tables_with_config(capsule, config, "items");
-    return t == NULL ? NULL : Py_XNewRef(config_items(t, config));
+    if (t == NULL || tables_lock(t) < 0) {
+        return NULL;
+    }
+    /* Made under the lock, as configurations are built: one thread at a time. */
+    return tables_unlock(t, Py_XNewRef(config_items(t, config)));
 }
 
 const char intern_doc[] = (
