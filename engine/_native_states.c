@@ -1934,6 +1934,8 @@ static long intern_items(NfaTables *t, PyObject *items) {
         Py_DECREF(number);
         return -1;
     }
+    /* Only items making no call can have a plain form. */
+    const int calls = callers != Py_None;
     int status = append_config(t, items, accepting, callers, context);
     if (status == 0 && (status = PyDict_SetItem(t->index, items, number)) < 0) {
         drop_last_config(t);
@@ -1941,7 +1943,7 @@ static long intern_items(NfaTables *t, PyObject *items) {
     Py_DECREF(context);
     Py_DECREF(callers);
     Py_DECREF(number);
-    if (status == 0 && callers == Py_None) {
+    if (status == 0 && !calls) {
         status = plain_index_config(t, (long)config);
     }
     return status < 0 ? -1 : (long)config;
@@ -2667,8 +2669,6 @@ static int32_t plain_count_tag(PyObject *state) {
     return (int32_t)count + 1;
 }
 
-/* The plain form of ``config`` (NOT_PLAIN when it has none, read off its items the first
- * time), or NULL with an exception set. */
 /* The plain form of ``items`` into ``found`` (sorted, distinct, ``*count`` of them): 1, 0
  * when they have none, -1 on error. */
 static int plain_form_of(NfaTables *t, PyObject *items, uint64_t found[PLAIN_MAX_ITEMS], int32_t *count) {
@@ -2716,6 +2716,8 @@ static int plain_form_of(NfaTables *t, PyObject *items, uint64_t found[PLAIN_MAX
     return 1;
 }
 
+/* The plain form of ``config`` (NOT_PLAIN when it has none, read off its items the first
+ * time), or NULL with an exception set. */
 static PlainConfig *plain_config_of(NfaTables *t, long config) {
     if (plain_reserve(t, config) < 0) {
         return NULL;
@@ -2814,13 +2816,23 @@ static PyObject *config_items(NfaTables *t, long config) {
     return status < 0 ? NULL : PyList_GET_ITEM(t->configs, config);
 }
 
-/* Intern a new configuration in plain form, its Python items left to ``config_items``:
- * appended as ``intern_items`` appends (no calls, so no callers table), then indexed
- * by its plain form. Its number, SUCCESSOR_TOO_MANY_CONFIGS past the limit, -1 on error. */
-static long intern_plain(NfaTables *t, const uint64_t *values, int32_t count, int accepting) {
+/* The configuration of the plain form ``values`` (sorted, distinct, ``count`` of them):
+ * found in the index of plain forms, else interned in that form, its Python items left to
+ * ``config_items``: appended as ``intern_items`` appends (no calls, so no callers table),
+ * then indexed by its plain form. Its number, SUCCESSOR_TOO_MANY_CONFIGS past the limit,
+ * -1 on error. */
+static long intern_plain(NfaTables *t, const uint64_t *values, int32_t count) {
+    const PlainSlot *slot = plain_slot(t, plain_hash(values, count), values, count);
+    if (slot != NULL && slot->config >= 0) {
+        return slot->config;
+    }
     const Py_ssize_t config = PyList_GET_SIZE(t->configs);
     if (config >= t->max_configs) {
         return SUCCESSOR_TOO_MANY_CONFIGS;
+    }
+    int accepting = 0;
+    for (int32_t i = 0; i < count; i++) {
+        accepting |= t->kind[item_position(values[i])] == K_ACCEPT;
     }
     PyObject *number = PyLong_FromSsize_t(config);
     if (number == NULL) {
@@ -3239,18 +3251,8 @@ static long plain_successor(NfaTables *t, const PlainConfig *plain, uint64_t mov
     if (count > PLAIN_MAX_ITEMS || count > t->max_items) {
         goto done;  /* PLAIN_GENERAL_SUCCESSOR */
     }
-    const uint64_t hash = plain_hash(closed->values, count);
-    PlainSlot *slot = plain_slot(t, hash, closed->values, count);
-    if (slot != NULL && slot->config >= 0) {
-        result = slot->config;
-        goto done;
-    }
-    /* New: interned in plain form, its Python items made only if something asks for them. */
-    int accepting = 0;
-    for (int32_t i = 0; i < count; i++) {
-        accepting |= t->kind[item_position(closed->values[i])] == K_ACCEPT;
-    }
-    const long config = intern_plain(t, closed->values, count, accepting);
+    /* Known, or new: interned in plain form, its Python items made only if asked for. */
+    const long config = intern_plain(t, closed->values, count);
     if (config == -1) {
         result = -2;
     } else if (config < 0) {
@@ -4014,31 +4016,34 @@ done:
     return result;
 }
 
-/* ``count_shifted`` with the automaton's lock held: ``by`` comes as ``locked``'s byte. */
+/* ``plain``'s items with their counts moved on by ``by``, into ``shifted`` (sorted): how
+ * many, or -1 when a count would outgrow the plain form. */
+static int32_t plain_shifted(const PlainConfig *plain, int by, uint64_t shifted[PLAIN_MAX_ITEMS]) {
+    for (int32_t i = 0; i < plain->count; i++) {
+        const uint64_t item = plain->items[i];
+        const int32_t tag = item_count_tag(item);
+        if (tag > 0 && (int64_t)tag + by > PLAIN_MAX_COUNT_TAG) {
+            return -1;
+        }
+        shifted[i] = tag > 0 ? plain_item(item_origin(item), tag + by, item_position(item)) : item;
+    }
+    return sorted_distinct(shifted, plain->count);
+}
+
 /* ``count_shifted`` of a configuration in plain form, its items' counts (which a plain item
  * carries) moved on by ``by`` without making its Python items; the new one interned in
  * plain form. As ``plain_successor`` answers. */
 static long plain_count_shifted(NfaTables *t, const PlainConfig *plain, int by) {
     uint64_t shifted[PLAIN_MAX_ITEMS];
-    int accepting = 0;
-    for (int32_t i = 0; i < plain->count; i++) {
-        const uint64_t item = plain->items[i];
-        const int32_t tag = item_count_tag(item);
-        if (tag > 0 && (int64_t)tag + by > PLAIN_MAX_COUNT_TAG) {
-            return PLAIN_GENERAL_SUCCESSOR;
-        }
-        shifted[i] = tag > 0 ? plain_item(item_origin(item), tag + by, item_position(item)) : item;
-        accepting |= t->kind[item_position(item)] == K_ACCEPT;
+    const int32_t count = plain_shifted(plain, by, shifted);
+    if (count < 0) {
+        return PLAIN_GENERAL_SUCCESSOR;
     }
-    const int32_t count = sorted_distinct(shifted, plain->count);
-    const PlainSlot *slot = plain_slot(t, plain_hash(shifted, count), shifted, count);
-    if (slot != NULL && slot->config >= 0) {
-        return slot->config;
-    }
-    const long config = intern_plain(t, shifted, count, accepting);
+    const long config = intern_plain(t, shifted, count);
     return config == -1 ? -2 : config < 0 ? PLAIN_GENERAL_SUCCESSOR : config;
 }
 
+/* ``count_shifted`` with the automaton's lock held: ``by`` comes as ``locked``'s byte. */
 static PyObject *count_shifted_locked(NfaTables *t, long config, int by, const uint8_t *wanted) {
     (void)wanted;
     const PlainConfig *plain = plain_config_of(t, config);
@@ -4208,19 +4213,17 @@ PyObject *shifted_counts(PyObject *self, PyObject *args) {
         return tables_unlock(t, Py_NewRef(Py_None));
     }
     uint64_t shifted[PLAIN_MAX_ITEMS];
+    const int32_t count = plain_shifted(from, 1, shifted);
+    if (count < 0) {
+        return tables_unlock(t, Py_NewRef(Py_None));
+    }
     int32_t tags[PLAIN_MAX_ITEMS], num_tags = 0;
     for (int32_t i = 0; i < from->count; i++) {
-        const uint64_t item = from->items[i];
-        const int32_t tag = item_count_tag(item);
+        const int32_t tag = item_count_tag(from->items[i]);
         if (tag > 0) {
-            if (tag >= PLAIN_MAX_COUNT_TAG) {
-                return tables_unlock(t, Py_NewRef(Py_None));
-            }
             tags[num_tags++] = tag;
         }
-        shifted[i] = tag > 0 ? plain_item(item_origin(item), tag + 1, item_position(item)) : item;
     }
-    const int32_t count = sorted_distinct(shifted, from->count);
     PyObject *result = PyList_New(0);
     if (result == NULL || num_tags == 0 || count != to->count ||
         memcmp(shifted, to->items, (size_t)count * sizeof(uint64_t)) != 0) {
