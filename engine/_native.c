@@ -332,7 +332,7 @@ static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, cons
 PyDoc_STRVAR(walk_doc,
 "walk(automaton, child_start, child_end, node_byte, token_start, token_ids, start_nodes, start_configs,\n"
 "     out_ids, out_ends[, below_bytes, below_start, below_end, depth_first, whole_characters],\n"
-"     *, report_starts=False)\n"
+"     *, report_starts=False, marks=None)\n"
 "\n"
 "Walk the token trie level by level below each (start node, start configuration),\n"
 "stepping ``automaton.transition_table`` (int32 rows of 256: -1 dead, -2 not computed,\n"
@@ -347,31 +347,35 @@ PyDoc_STRVAR(walk_doc,
 "whole_characters) as five more arguments, a node whose every byte below leads its\n"
 "configuration back to itself reports the tokens below it at once instead of walking\n"
 "them (in another order); so does a node whose tokens go on in whole characters, when\n"
-"every ASCII byte below and every multi-byte character lead back (``automaton.utf8_agrees``).");
+"every ASCII byte below and every multi-byte character lead back (``automaton.utf8_agrees``).\n"
+"\n"
+"With ``marks`` (uint8, one per trie node), the walk goes only where a node's mark is not 0,\n"
+"and reports tokens (and takes subtrees at once) only at nodes marked 2; a node marked 1 is\n"
+"passed through, its tokens left to the caller (a token group's members, known live).");
 
 static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"automaton", "child_start", "child_end", "node_byte", "token_start", "token_ids",
                                "start_nodes", "start_configs", "out_ids", "out_ends", "below_bytes", "below_start",
-                               "below_end", "depth_first", "whole_characters", "report_starts", NULL};
+                               "below_end", "depth_first", "whole_characters", "report_starts", "marks", NULL};
     int report_starts = 0;
     PyObject *automaton, *child_start_obj, *child_end_obj, *node_byte_obj, *token_start_obj, *token_ids_obj;
     PyObject *start_nodes_obj, *start_configs_obj;
     PyObject *below_bytes_obj = NULL, *below_start_obj = NULL, *below_end_obj = NULL, *depth_first_obj = NULL;
-    PyObject *whole_characters_obj = NULL;
+    PyObject *whole_characters_obj = NULL, *marks_obj = Py_None;
     Py_buffer out_ids = {0}, out_ends = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOw*w*|OOOOO$p:walk", keywords, &automaton, &child_start_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOw*w*|OOOOO$pO:walk", keywords, &automaton, &child_start_obj,
                                      &child_end_obj, &node_byte_obj, &token_start_obj, &token_ids_obj,
                                      &start_nodes_obj, &start_configs_obj, &out_ids, &out_ends, &below_bytes_obj,
                                      &below_start_obj, &below_end_obj, &depth_first_obj, &whole_characters_obj,
-                                     &report_starts)) {
+                                     &report_starts, &marks_obj)) {
         return NULL;
     }
     Stepper stepper = {0};
     Py_buffer child_start_view = {0}, child_end_view = {0}, node_byte_view = {0};
     Py_buffer token_start_view = {0}, token_ids_view = {0}, start_nodes_view = {0}, start_configs_view = {0};
     Py_buffer below_bytes_view = {0}, below_start_view = {0}, below_end_view = {0}, depth_first_view = {0};
-    Py_buffer whole_characters_view = {0};
+    Py_buffer whole_characters_view = {0}, marks_view = {0};
     IntList frontier_nodes = {0}, frontier_configs = {0}, next_nodes = {0}, next_configs = {0};
     LoopCache loop_cache = {0};
     PyObject *result = NULL;
@@ -433,6 +437,17 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
         depth_first = (const int32_t *)depth_first_view.buf;
         whole_characters = (const uint8_t *)whole_characters_view.buf;
     }
+    const uint8_t *marks = NULL;
+    if (marks_obj != Py_None) {
+        if (PyObject_GetBuffer(marks_obj, &marks_view, PyBUF_SIMPLE) < 0) {
+            goto done;
+        }
+        if (marks_view.len != num_nodes) {
+            PyErr_SetString(PyExc_ValueError, "walk: marks must hold one byte per trie node");
+            goto done;
+        }
+        marks = (const uint8_t *)marks_view.buf;
+    }
     if (int_list_reserve(&frontier_nodes, num_starts + 1) < 0 || int_list_reserve(&frontier_configs, num_starts + 1) < 0) {
         goto done;
     }
@@ -468,6 +483,10 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
                 goto done;
             }
             for (int32_t child = child_start[node]; child < children_end; child++) {
+                const int mark = marks == NULL ? 2 : marks[child];
+                if (mark == 0) {
+                    continue;
+                }
                 const uint8_t value = node_byte[child];
                 int32_t after = row[value];
                 if (after == UNKNOWN) {
@@ -483,6 +502,13 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
                 if ((uint32_t)after >= (uint32_t)stepper.num_rows) {
                     PyErr_SetString(PyExc_ValueError, "walk: transition table holds an out-of-range configuration");
                     goto done;
+                }
+                if (mark == 1) {
+                    if (child_start[child] < child_end[child]) {
+                        next_nodes.data[next_nodes.size++] = child;
+                        next_configs.data[next_configs.size++] = after;
+                    }
+                    continue;
                 }
                 if (report_tokens(token_ids, token_start[child], token_start[child + 1], num_tokens, after, &output) < 0) {
                     goto done;
@@ -539,7 +565,7 @@ done:
     Py_buffer *views[] = {&child_start_view, &child_end_view, &node_byte_view,
                           &token_start_view, &token_ids_view, &start_nodes_view, &start_configs_view,
                           &out_ids, &out_ends, &below_bytes_view, &below_start_view, &below_end_view,
-                          &depth_first_view, &whole_characters_view};
+                          &depth_first_view, &whole_characters_view, &marks_view};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
         if (views[i]->obj != NULL) {
             PyBuffer_Release(views[i]);

@@ -16,7 +16,10 @@ the walk only visits the trie nodes where tokens leave the group. The same short
 covers configurations that every character of a group moves along one chain (the
 counter of a string with ``maxLength``, a bounded run of digits): a member token of
 ``k`` characters ends at the ``k``-th configuration of the chain, so members are
-decided by their character count. Results are cached per configuration as packed
+decided by their character count. Where no chain holds but every string of a group's
+characters stays live (a word searched for inside a string), a matcher that reads no
+token's configuration allows the group whole unstepped and walks only the paths leaving
+it. Results are cached per configuration as packed
 bitsets, shared by every matcher (and clone) of the same grammar and vocabulary, in
 an LRU bounded by ``MASK_CACHE_BYTES``. The chains (at most ``max_chars + 1`` ids,
 about 100 for real vocabularies) and token-path costs are kept per configuration, so
@@ -67,8 +70,8 @@ import numpy as np
 from . import native
 from .errors import TokenBudgetError
 from .token_groups import (
-    DEFERRED, GROUP_SPECS, MOST_BYTES_TO_FINISH_A_CHARACTER, DeferredEnds, group_tables_for, living_automaton,
-    successor_stats, uniform_successor,
+    DEFERRED, GROUP_SPECS, MOST_BYTES_TO_FINISH_A_CHARACTER, DeferredEnds, characters_surely_live, group_tables_for,
+    living_automaton, successor_stats, uniform_successor,
 )
 from .trie import ASCII_BYTES, distinct, pack_ids, set_ids, unpack_ids, words_for
 from .vocab import TokenVocabulary
@@ -78,6 +81,13 @@ UNREACHABLE = 1 << 40
 #: A chain entry counted on but not made yet (``Matcher._chain``): ``_LAZY - j`` stands
 #: for entry ``j``'s configuration with every count higher by the entries between.
 _LAZY = -16
+#: The configuration after a token a walk allowed without stepping it, every member of a
+#: group being live (``Matcher._live_group``): a mask holding one is walked again, with
+#: every configuration, for a matcher that reads them (a token budget).
+_UNWALKED = -4
+#: Most configurations a group's characters may lead to from one where every member of the
+#: group is checked live (``Matcher._live_closure``): each is built and its row read.
+LIVE_CLOSURE_LIMIT = 32
 #: Costs kept per token are int32: any cost past this fits no budget anyway.
 _COST_CEILING = np.iinfo(np.int32).max
 _ALL_BYTES = np.arange(256, dtype=np.uint8)
@@ -259,6 +269,13 @@ class MaskEntry:
             self._found_ends = ends
             self._deferred = None
         return self._found_ends
+
+    @property
+    def ends_walked(self) -> bool:
+        """Whether the walk stepped every allowed token (False where a group was allowed
+        whole as live, its members' configurations unknown; see ``Matcher._live_group``)."""
+        member_ends = None if self._base is None else self._base[2]
+        return not (type(member_ends) is int and member_ends == _UNWALKED)
 
     @property
     def unresolved(self) -> bool:
@@ -705,6 +722,9 @@ class _AutomatonTables:
         # ``Matcher._too_few_bytes_for_a_large_group``), once every group is loaded.
         self.least_live_bytes: int | None = None
         self.successors: dict[tuple[int, str, bool], int | None] = {}
+        # Per configuration, the largest group all of whose members are live there (None:
+        # none found; see ``Matcher._live_group``).
+        self.live_groups: dict[int, Any] = {}
         self.groups = group_tables_for(vocab)
 
 
@@ -906,15 +926,23 @@ class Matcher(MatcherBase):
     # ----------------------------------------------------------------- masks
     def _entry(self, config: int) -> MaskEntry:
         entry = self._tables.masks.get(config)
-        if entry is None:
-            ids, ends, base, deferred = self._walk_all(config)
+        reads_ends = self._reads_ends()
+        if entry is None or (reads_ends and not entry.ends_walked):
+            ids, ends, base, deferred = self._walk_all(config, ends=reads_ends)
             entry = MaskEntry(self.vocab.size, ids, ends, base, deferred)
             self._tables.masks.put(config, entry)
         return entry
 
-    def _walk_all(self, config: int) -> tuple[np.ndarray, np.ndarray, tuple | None, list]:
+    def _reads_ends(self) -> bool:
+        """Whether this matcher reads the configurations its masks' tokens lead to: token
+        hooks and a budget do (``advance`` steps a token's bytes itself)."""
+        return self._hooks or self.max_tokens is not None
+
+    def _walk_all(self, config: int, *, ends: bool = True) -> tuple[np.ndarray, np.ndarray, tuple | None, list]:
         """Allowed text tokens at ``config``: (distinct ids, configuration after each (or
-        ``DEFERRED``), group allowed whole, the ``DeferredEnds`` computing the deferred ones)."""
+        ``DEFERRED``), group allowed whole, the ``DeferredEnds`` computing the deferred ones).
+        Without ``ends``, a group whose members are all live is allowed without stepping
+        them, their configurations ``_UNWALKED``."""
         automaton = self.automaton
         trie = self.vocab.trie
         id_parts: list[np.ndarray] = []
@@ -946,7 +974,7 @@ class Matcher(MatcherBase):
                 start_nodes, start_configs = np.array([node], dtype=np.int32), np.array([current], dtype=np.int32)
                 self._walk_levels(start_nodes, start_configs, id_parts, end_parts)
             elif node == 0:
-                base = self._walk_from_root(config, id_parts, end_parts, deferred)
+                base = self._walk_from_root(config, id_parts, end_parts, deferred, ends=ends)
 
         if base is not None and self._hooks:
             member_ids = _member_ids(base)
@@ -968,11 +996,21 @@ class Matcher(MatcherBase):
         following = self.automaton.next_bytes(config)
         return following[0] if len(following) == 1 else -1
 
-    def _walk_from_root(self, config: int, id_parts: list, end_parts: list, deferred: list) -> tuple | None:
+    def _walk_from_root(
+        self, config: int, id_parts: list, end_parts: list, deferred: list, *, ends: bool = True
+    ) -> tuple | None:
         """Walk from the trie root; returns the token group allowed as a whole, if one applies.
         Tokens whose configurations are deferred get a ``DeferredEnds`` in ``deferred``."""
         trie = self.vocab.trie
-        found = None if self._too_few_bytes_for_a_large_group(config) else self._chain_group(config)
+        too_few = self._too_few_bytes_for_a_large_group(config)
+        found = None if too_few else self._chain_group(config)
+        # Where a large group holds already, a larger one all of whose members are live is
+        # rare (free text, whose group loops): only a small group's place is looked at.
+        live = None
+        if not ends and not too_few and (found is None or self._small_group(found[0])):
+            live = self._live_group(config, larger_than=None if found is None else found[0])
+        if live is not None:
+            return self._walk_live_group(config, live, id_parts, end_parts)
         # A small group (spaces, digits) leaves most of the trie below its exits, which
         # the whole-level walk covers faster.
         small = found is None or self._small_group(found[0], _GROUP_WALK_SHARE)
@@ -1031,6 +1069,74 @@ class Matcher(MatcherBase):
         id_parts.append(group.member_ids[live])
         end_parts.append(member_ends[live])
         return None
+
+    def _live_group(self, config: int, larger_than=None):
+        """The largest group, holding more members than ``larger_than``, every member of
+        which is live at ``config``, or None. Where a group's characters lead a configuration
+        to several others (a pattern searched for inside a string: a character of the word
+        leads on, any other back), no chain holds, yet every string of them stays live; the
+        walk then needs only the paths leaving the group."""
+        if not self._native_walk_applies():
+            return None
+        live_groups = self._tables.live_groups
+        live = live_groups.get(config, False)
+        if live is False:
+            live = live_groups[config] = None
+            count = getattr(self.automaton, "live_ascii_count", None)
+            live_bytes = len(ASCII_BYTES) if count is None else count(config)
+            for spec in GROUP_SPECS:
+                if len(spec.ascii_bytes) > live_bytes:
+                    # Some ASCII byte of the group dies here already.
+                    continue
+                # Largest first (each group holds the next): the rest are no larger.
+                group = self._tables.groups.group(spec)
+                if self._small_group(group) or (
+                    larger_than is not None and group.member_count <= larger_than.member_count
+                ):
+                    break
+                reached = self._live_closure(config, group)
+                if reached is not None:
+                    # What the group's characters lead to is reached from here: it keeps them live too.
+                    for each in reached:
+                        if live_groups.get(each) is None:
+                            live_groups[each] = group
+                    live = group
+                    break
+        if live is None or (larger_than is not None and live.member_count <= larger_than.member_count):
+            return None
+        return live
+
+    def _live_closure(self, config: int, group) -> set | None:
+        """The configurations ``group``'s characters lead ``config`` to, when every string of
+        them keeps it live (no ASCII byte of the group dies at any of them, and every multi-byte
+        character leads where an ASCII one does) and they are at most ``LIVE_CLOSURE_LIMIT``;
+        else None."""
+        spec = group.spec
+        reached, pending = {config}, [config]
+        while pending:
+            current = pending.pop()
+            following = self._successors(current, spec.ascii_array)
+            if (following == DEAD).any():
+                return None
+            if spec.non_ascii and not characters_surely_live(self.automaton, current, spec):
+                return None
+            for after in set(following.tolist()) - reached:
+                if len(reached) >= LIVE_CLOSURE_LIMIT:
+                    return None
+                reached.add(after)
+                pending.append(after)
+        return reached
+
+    def _walk_live_group(self, config: int, group, id_parts: list, end_parts: list) -> tuple:
+        """The mask of a configuration where every member of ``group`` is live: the members
+        and the tokens ending inside a character (live, as every character leads on) without
+        stepping them, and the paths leaving the group walked from the root along the group's
+        characters (``TokenGroup.exit_walk_marks``)."""
+        id_parts.append(group.partial_ids)
+        end_parts.append(np.full(len(group.partial_ids), _UNWALKED, dtype=np.int32))
+        config_array = np.array([config], dtype=np.int32)
+        self._walk_native(_ROOT_NODE, config_array, id_parts, end_parts, marks=group.exit_walk_marks(self.vocab.trie))
+        return None, group.member_words, _UNWALKED
 
     def _below_first_bytes(self, config: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The trie's first-level nodes of the bytes ``values`` that lead ``config`` somewhere
@@ -1119,11 +1225,13 @@ class Matcher(MatcherBase):
         return native.walk is not None and hasattr(self.automaton, "transition_table")
 
     def _walk_native(
-        self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list, *, report_starts: bool = False
+        self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list, *, report_starts: bool = False,
+        marks: np.ndarray | None = None,
     ) -> None:
         """The walk of ``_walk_levels`` in the native extension (entries the transition
         table lacks are computed through ``automaton.step`` as the walk meets them);
-        with ``report_starts``, also the tokens at ``nodes``."""
+        with ``report_starts``, also the tokens at ``nodes``; with ``marks``, only where
+        they lead (see ``native.walk``)."""
         trie = self.vocab.trie
         room = len(trie.token_ids)
         while True:
@@ -1142,6 +1250,7 @@ class Matcher(MatcherBase):
                     out_ends,
                     *trie.subtree_tables,
                     report_starts=report_starts,
+                    marks=marks,
                 )
                 break
             except OverflowError:

@@ -132,6 +132,7 @@ class TokenGroup:
         self._members_ascii: tuple | None = None
         self._by_first: tuple[np.ndarray, np.ndarray] | None = None
         self._words_below: dict[int, np.ndarray] = {}
+        self._exit_marks: np.ndarray | None = None
         # Longest character count that matters for a chain: a member's, or the
         # characters before an exit or a partial character.
         self.max_chars = int(
@@ -268,6 +269,27 @@ class TokenGroup:
             self._first_bytes = (first[node_of_token[self.member_ids]], first[self.exit_nodes], first[self.partial_nodes])
         return self._first_bytes
 
+    def exit_walk_marks(self, trie: TokenTrie) -> np.ndarray:
+        """Per trie node, what a walk that knows every member and partial token live must
+        visit (the ``marks`` of ``native.walk``): 2 at the exits and every node below them,
+        where tokens leave the group and are reported; 1 on the paths to the exits, passed
+        through; 0 elsewhere, where only members and partial tokens lie (computed on first use)."""
+        if self._exit_marks is None:
+            marks = np.zeros(trie.num_nodes, dtype=np.uint8)
+            along = distinct(trie.parent[self.exit_nodes])
+            while len(along := along[(along > 0) & (marks[along] == 0)]):
+                marks[along] = 1
+                along = distinct(trie.parent[along])
+            marks[self.exit_nodes] = 2
+            # Nodes are numbered breadth first: a level's parents are marked before it.
+            for depth in range(2, trie.max_depth + 1):
+                low, high = int(trie.level_start[depth]), int(trie.level_start[depth + 1])
+                below_exit = marks[trie.parent[low:high]] == 2
+                marks[low:high][below_exit] = 2
+            marks.flags.writeable = False
+            self._exit_marks = marks
+        return self._exit_marks
+
     def members_along(self, chain: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """(ids, their packed words, (configurations, counts)) of the members a chain
         (configuration after 0, 1, ... characters) keeps live, fewest characters first: the
@@ -299,12 +321,12 @@ class TokenGroup:
 
     def _partials_surely_live(self, automaton, config: int, chain: np.ndarray | None):
         """Whether every partial character's start configuration surely keeps it live
-        (``_characters_surely_live``): True, False, or per partial row where they differ."""
+        (``characters_surely_live``): True, False, or per partial row where they differ."""
         if chain is None:
-            return _characters_surely_live(automaton, config, self.spec)
+            return characters_surely_live(automaton, config, self.spec)
         counts = self._partial_counts
         starts = chain[counts].tolist()
-        verdicts = {start: _characters_surely_live(automaton, start, self.spec) for start in set(starts)}
+        verdicts = {start: characters_surely_live(automaton, start, self.spec) for start in set(starts)}
         by_count = [verdicts[start] for start in starts]
         if all(by_count):
             return True
@@ -539,7 +561,7 @@ def living_automaton(reference: weakref.ref):
     return automaton
 
 
-def _characters_surely_live(automaton, config: int, spec: GroupSpec) -> bool:
+def characters_surely_live(automaton, config: int, spec: GroupSpec) -> bool:
     """Whether every well-formed start of a multi-byte character surely leads ``config``
     somewhere live: every whole character leads where a live ASCII byte of the group does
     (``automaton.utf8_agrees``), so each byte inside a character keeps some item."""

@@ -127,6 +127,14 @@ def test_native_walk_rejects_malformed_arguments(vocab):
     # Every byte loops on the only state: the root's children take their subtrees whole.
     assert native.walk(*args, root, root, *out, *trie.subtree_tables) == len(trie.token_ids)
     assert sorted(out[0][: len(trie.token_ids)].tolist()) == sorted(trie.token_ids.tolist())
+    with pytest.raises(ValueError, match="one byte per trie node"):
+        native.walk(*args, root, root, *out, marks=np.ones(trie.num_nodes - 1, dtype=np.uint8))
+    # Marks: nothing below a 0, no tokens at a 1 (passed through), a 2's tokens reported.
+    marks = np.zeros(trie.num_nodes, dtype=np.uint8)
+    first, second = int(trie.root_children[ord("a")]), int(trie.child(int(trie.root_children[ord("a")]), ord("b")))
+    marks[first], marks[second] = 1, 2
+    found = native.walk(*args, root, root, *out, marks=marks)
+    assert sorted(out[0][:found].tolist()) == trie.tokens_at(second).tolist() == [vocab.tokenize_bytes(b"ab")[0]]
 
 
 _TOKEN_BYTES = st.binary(min_size=1, max_size=6).map(lambda data: bytes(b % 8 + 0x61 for b in data))
@@ -1190,6 +1198,43 @@ def test_masks_inside_strings_defer_the_configurations_inside_characters(pattern
     assert budgeted.advance(token_of[b"\xa5"]) == Status.ACCEPTED
     assert budgeted.advance(token_of[b'"']) in (Status.ACCEPTED, Status.FINISHED)
     assert budgeted.is_accepting()
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+def test_masks_where_every_member_of_a_group_stays_live_match_stepping_each_token():
+    # Inside a string that must hold "ab" somewhere (a pattern searched for), a letter leads
+    # on or back, so no chain of configurations holds, yet every string of the group's
+    # characters stays live: the walk allows the group whole, unstepped, and steps only the
+    # paths leaving it. A budget matcher reads each token's configuration: it gets them stepped.
+    from surecall.engine.grammar import Grammar, clear_automaton_cache
+
+    vocab = _partial_character_vocabulary()
+    clear_automaton_cache()
+    grammar = Grammar.from_regex('"[^"\\\\]*ab[^"\\\\]*"')
+    matcher = Matcher(grammar, vocab)
+    automaton = matcher.automaton
+    token_of = {vocab.token_bytes(token): token for token in vocab.trie.token_ids.tolist()}
+    for prefix in (b'"', b'"xa', b'"\xe6\x97\xa5a', b'"xab'):
+        config = automaton.step_bytes(automaton.initial, prefix)
+        entry = matcher._entry(config)
+        # Once "ab" is read, every character leads back: the group loops, its states known.
+        assert entry.ends_walked == prefix.endswith(b"ab"), prefix
+        assert set(entry.ids.tolist()) == doubles.brute_force_allowed(automaton, vocab, config), prefix
+    budgeted = Matcher(grammar, vocab, max_tokens=8)
+    config = automaton.step_bytes(automaton.initial, b'"')
+    entry = budgeted._entry(config)
+    assert entry.ends_walked
+    assert set(entry.ids.tolist()) == doubles.brute_force_allowed(automaton, vocab, config)
+    for token, end in zip(entry.ids.tolist(), entry.ends.tolist()):
+        assert end == automaton.step_bytes(config, vocab.token_bytes(token)), vocab.token_bytes(token)
+    for piece in (b'"', b"xa", b"\xe6\x97", b"\xa5", b"ab"):
+        allowed = set(matcher.allowed_token_ids().tolist())
+        assert token_of[piece] in allowed, piece
+        # The closing quote waits for "ab".
+        assert (token_of[b'"'] in allowed) == (matcher.text_bytes() == b""), piece
+        assert matcher.advance(token_of[piece]) == Status.ACCEPTED, piece
+    assert token_of[b'"'] in set(matcher.allowed_token_ids().tolist())
+    assert matcher.advance(token_of[b'"']) == Status.FINISHED
 
 
 def _deferring_entries(matcher, config) -> list:
