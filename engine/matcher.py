@@ -17,14 +17,14 @@ covers configurations that every character of a group moves along one chain (the
 counter of a string with ``maxLength``, a bounded run of digits): a member token of
 ``k`` characters ends at the ``k``-th configuration of the chain, so members are
 decided by their character count. Where no chain holds but every string of a group's
-characters stays live (a word searched for inside a string), a matcher that reads no
-token's configuration allows the group whole unstepped and walks only the paths leaving
-it. Results are cached per configuration as packed
-bitsets, shared by every matcher (and clone) of the same grammar and vocabulary, in
-an LRU bounded by ``MASK_CACHE_BYTES``. The chains (at most ``max_chars + 1`` ids,
-about 100 for real vocabularies) and token-path costs are kept per configuration, so
-they grow with the automaton, whose own transition table is larger (256 ids per
-configuration) and bounded by ``automaton.MAX_CONFIGS``.
+characters stays live (a word searched for inside a string), the group is allowed whole
+unstepped and only the paths leaving it are walked; a token budget bounds the unstepped
+tokens by the configurations the group's characters lead to. Results are cached per
+configuration as packed bitsets, shared by every matcher (and clone) of the same grammar
+and vocabulary, in an LRU bounded by ``MASK_CACHE_BYTES``. The chains (at most
+``max_chars + 1`` ids, about 100 for real vocabularies) and token-path costs are kept per
+configuration, so they grow with the automaton, whose own transition table is larger (256
+ids per configuration) and bounded by ``automaton.MAX_CONFIGS``.
 
 Text checks. A grammar may carry a ``text_check``, a stateful condition no grammar can
 express (``uniqueItems``): ``initial()``, ``feed(state, data)`` (the new state, or None
@@ -82,8 +82,7 @@ UNREACHABLE = 1 << 40
 #: for entry ``j``'s configuration with every count higher by the entries between.
 _LAZY = -16
 #: The configuration after a token a walk allowed without stepping it, every member of a
-#: group being live (``Matcher._live_group``): a mask holding one is walked again, with
-#: every configuration, for a matcher that reads them (a token budget).
+#: group being live (``Matcher._live_group``; see ``UnwalkedEnds``).
 _UNWALKED = -4
 #: Most configurations a group's characters may lead to from one where every member of the
 #: group is checked live (``Matcher._live_closure``): each is built and its row read.
@@ -183,6 +182,20 @@ class ChainStates:
         return wanted
 
 
+class UnwalkedEnds:
+    """Where the members of a group allowed whole as live lead, unwalked (``Matcher._live_group``):
+    among ``reach``, the configurations the group's characters lead to from the mask's own
+    (sorted). With ``partials``, tokens ending inside a character were allowed unwalked too;
+    each such character leads from one of ``reach`` to another. A token budget bounds them
+    by these; where the bounds do not fit, the mask is walked again with every state."""
+
+    __slots__ = ("reach", "partials")
+
+    def __init__(self, reach: np.ndarray, partials: bool) -> None:
+        self.reach = reach
+        self.partials = partials
+
+
 def _made(states) -> np.ndarray:
     return states.made() if isinstance(states, ChainStates) else states
 
@@ -250,6 +263,8 @@ class MaskEntry:
 
     @property
     def ends(self) -> np.ndarray:
+        if self.unwalked is not None:
+            raise RuntimeError("the states of this mask's tokens were not walked: walk it again with them")
         if self._ends is None:
             end_of = np.full(self.size, DEAD, dtype=np.int32)
             if self._base is not None:
@@ -274,15 +289,19 @@ class MaskEntry:
     def ends_walked(self) -> bool:
         """Whether the walk stepped every allowed token (False where a group was allowed
         whole as live, its members' configurations unknown; see ``Matcher._live_group``)."""
+        return self.unwalked is None
+
+    @property
+    def unwalked(self) -> UnwalkedEnds | None:
         member_ends = None if self._base is None else self._base[2]
-        return not (type(member_ends) is int and member_ends == _UNWALKED)
+        return member_ends if isinstance(member_ends, UnwalkedEnds) else None
 
     @property
     def unresolved(self) -> bool:
         """Whether some allowed tokens' states are not computed yet: deferred ones inside
         characters, or members' along a chain that counts on."""
         member_ends = None if self._base is None else self._base[2]
-        return bool(self._deferred) or (
+        return bool(self._deferred) or isinstance(member_ends, UnwalkedEnds) or (
             isinstance(member_ends, tuple) and isinstance(member_ends[0], ChainStates) and member_ends[0].lazy
         )
 
@@ -295,17 +314,22 @@ class MaskEntry:
     def distinct_ends(self, *, resolve: bool = True) -> np.ndarray:
         """The distinct states the allowed tokens lead to, without building ``ends`` (a
         group allowed whole leads to a few states, one per character count). Without
-        ``resolve``, those of the deferred tokens are left out (and left uncomputed)."""
+        ``resolve``, those of the deferred tokens are left out (and left uncomputed), and an
+        unwalked group's members stand for the states they lead among (``UnwalkedEnds``)."""
+        if resolve and self.unwalked is not None:
+            raise RuntimeError("the states of this mask's tokens were not walked: walk it again with them")
         if not len(self._found_ids):
             parts = []
-        elif resolve or self._deferred is None:
+        elif resolve or (self._deferred is None and self.unwalked is None):
             parts = [self._resolved_found_ends()]
         else:
             found = np.asarray(self._found_ends)
-            parts = [found[found != DEFERRED]]
+            parts = [found[found >= 0]]
         if self._base is not None:
             member_ends = self._base[2]
-            if isinstance(member_ends, tuple):
+            if isinstance(member_ends, UnwalkedEnds):
+                parts.append(member_ends.reach)
+            elif isinstance(member_ends, tuple):
                 states, counts = member_ends
                 if resolve or not isinstance(states, ChainStates):
                     parts.append(_made(states)[counts > 0])
@@ -324,6 +348,8 @@ class MaskEntry:
             total += self._found_ends.nbytes
         if self._base is not None and isinstance(self._base[2], tuple):
             total += self._base[2][0].nbytes  # the group's ids, words and counts are shared, its states are not
+        if self.unwalked is not None:
+            total += self.unwalked.reach.nbytes
         for cached in (self._ids, self._ends, self.end_costs, *(self.end_table or ())):
             if cached is not None:
                 total += cached.nbytes
@@ -926,23 +952,36 @@ class Matcher(MatcherBase):
     # ----------------------------------------------------------------- masks
     def _entry(self, config: int) -> MaskEntry:
         entry = self._tables.masks.get(config)
-        reads_ends = self._reads_ends()
-        if entry is None or (reads_ends and not entry.ends_walked):
-            ids, ends, base, deferred = self._walk_all(config, ends=reads_ends)
-            entry = MaskEntry(self.vocab.size, ids, ends, base, deferred)
-            self._tables.masks.put(config, entry)
+        if entry is None:
+            entry = self._new_entry(config, ends=self._hooks)
+        if not entry.ends_walked and not self._unwalked_ends_serve(entry):
+            entry = self._new_entry(config, ends=True)
         return entry
 
-    def _reads_ends(self) -> bool:
-        """Whether this matcher reads the configurations its masks' tokens lead to: token
-        hooks and a budget do (``advance`` steps a token's bytes itself)."""
-        return self._hooks or self.max_tokens is not None
+    def _new_entry(self, config: int, *, ends: bool) -> MaskEntry:
+        ids, found_ends, base, deferred = self._walk_all(config, ends=ends)
+        entry = MaskEntry(self.vocab.size, ids, found_ends, base, deferred)
+        self._tables.masks.put(config, entry)
+        return entry
+
+    def _unwalked_ends_serve(self, entry: MaskEntry) -> bool:
+        """Whether a mask whose group members' states were not walked serves this matcher:
+        without a budget nothing reads them (``advance`` steps a token's bytes itself); with
+        one, every allowed token's bound must fit the tokens left (token hooks read every
+        token's state)."""
+        if self._hooks:
+            return False
+        remaining = self.remaining_tokens
+        if remaining is None or remaining <= 0:
+            return True
+        bound = self._max_end_bound_unresolved(entry)
+        return bound is not None and bound <= remaining - 1
 
     def _walk_all(self, config: int, *, ends: bool = True) -> tuple[np.ndarray, np.ndarray, tuple | None, list]:
         """Allowed text tokens at ``config``: (distinct ids, configuration after each (or
         ``DEFERRED``), group allowed whole, the ``DeferredEnds`` computing the deferred ones).
-        Without ``ends``, a group whose members are all live is allowed without stepping
-        them, their configurations ``_UNWALKED``."""
+        Without ``ends``, a group whose members are all live may be allowed without stepping
+        them (``UnwalkedEnds``)."""
         automaton = self.automaton
         trie = self.vocab.trie
         id_parts: list[np.ndarray] = []
@@ -1010,7 +1049,7 @@ class Matcher(MatcherBase):
         if not ends and not too_few and (found is None or self._small_group(found[0])):
             live = self._live_group(config, larger_than=None if found is None else found[0])
         if live is not None:
-            return self._walk_live_group(config, live, id_parts, end_parts)
+            return self._walk_live_group(config, *live, id_parts, end_parts)
         # A small group (spaces, digits) leaves most of the trie below its exits, which
         # the whole-level walk covers faster.
         small = found is None or self._small_group(found[0], _GROUP_WALK_SHARE)
@@ -1070,9 +1109,9 @@ class Matcher(MatcherBase):
         end_parts.append(member_ends[live])
         return None
 
-    def _live_group(self, config: int, larger_than=None):
-        """The largest group, holding more members than ``larger_than``, every member of
-        which is live at ``config``, or None. Where a group's characters lead a configuration
+    def _live_group(self, config: int, larger_than=None) -> tuple | None:
+        """(the largest group, holding more members than ``larger_than``, every member of
+        which is live at ``config``; the configurations its characters lead to), or None. Where a group's characters lead a configuration
         to several others (a pattern searched for inside a string: a character of the word
         leads on, any other back), no chain holds, yet every string of them stays live; the
         walk then needs only the paths leaving the group."""
@@ -1096,13 +1135,14 @@ class Matcher(MatcherBase):
                     break
                 reached = self._live_closure(config, group)
                 if reached is not None:
-                    # What the group's characters lead to is reached from here: it keeps them live too.
+                    # What the group's characters lead to is reached from here: it keeps them
+                    # live too, and its characters lead among the same configurations.
+                    live = (group, np.array(sorted(reached), dtype=np.int32))
                     for each in reached:
                         if live_groups.get(each) is None:
-                            live_groups[each] = group
-                    live = group
+                            live_groups[each] = live
                     break
-        if live is None or (larger_than is not None and live.member_count <= larger_than.member_count):
+        if live is None or (larger_than is not None and live[0].member_count <= larger_than.member_count):
             return None
         return live
 
@@ -1127,16 +1167,16 @@ class Matcher(MatcherBase):
                 pending.append(after)
         return reached
 
-    def _walk_live_group(self, config: int, group, id_parts: list, end_parts: list) -> tuple:
+    def _walk_live_group(self, config: int, group, reach: np.ndarray, id_parts: list, end_parts: list) -> tuple:
         """The mask of a configuration where every member of ``group`` is live: the members
         and the tokens ending inside a character (live, as every character leads on) without
         stepping them, and the paths leaving the group walked from the root along the group's
-        characters (``TokenGroup.exit_walk_marks``)."""
+        characters (``TokenGroup.exit_walk_marks``). ``reach``: where the characters lead."""
         id_parts.append(group.partial_ids)
         end_parts.append(np.full(len(group.partial_ids), _UNWALKED, dtype=np.int32))
         config_array = np.array([config], dtype=np.int32)
         self._walk_native(_ROOT_NODE, config_array, id_parts, end_parts, marks=group.exit_walk_marks(self.vocab.trie))
-        return None, group.member_words, _UNWALKED
+        return None, group.member_words, UnwalkedEnds(reach, len(group.partial_ids) > 0)
 
     def _below_first_bytes(self, config: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The trie's first-level nodes of the bytes ``values`` that lead ``config`` somewhere
@@ -1598,15 +1638,20 @@ class Matcher(MatcherBase):
         if not entry.unresolved:
             return None
         deferred = entry.deferred or ()
-        if deferred and not self._defers_partials_under_budget():
+        unwalked = entry.unwalked
+        partials = bool(deferred) or (unwalked is not None and unwalked.partials)
+        if partials and not self._defers_partials_under_budget():
             # Deferred by a matcher without a budget (masks are shared), where finishing a
             # character takes bytes that are no tokens by themselves: no bound holds.
             return None
         values = self._cost_bounds(entry.distinct_ends(resolve=False).tolist())
-        if deferred:
-            character_ends = distinct(np.concatenate([part.character_ends() for part in deferred]))
+        character_ends = [part.character_ends() for part in deferred]
+        if unwalked is not None and unwalked.partials:
+            # An unwalked character starts at one of ``reach`` and leads to another.
+            character_ends.append(unwalked.reach)
+        if character_ends:
             values += [min(UNREACHABLE, bound + MOST_BYTES_TO_FINISH_A_CHARACTER)
-                       for bound in self._cost_bounds(character_ends.tolist())]
+                       for bound in self._cost_bounds(distinct(np.concatenate(character_ends)).tolist())]
         return max(values, default=0)
 
     def _completion(self, config: int) -> bytes | None:

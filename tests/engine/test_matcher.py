@@ -1201,16 +1201,17 @@ def test_masks_inside_strings_defer_the_configurations_inside_characters(pattern
 
 
 @pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
-def test_masks_where_every_member_of_a_group_stays_live_match_stepping_each_token():
+def test_masks_where_every_member_of_a_group_stays_live_match_stepping_each_token(monkeypatch):
     # Inside a string that must hold "ab" somewhere (a pattern searched for), a letter leads
     # on or back, so no chain of configurations holds, yet every string of the group's
     # characters stays live: the walk allows the group whole, unstepped, and steps only the
-    # paths leaving it. A budget matcher reads each token's configuration: it gets them stepped.
+    # paths leaving it.
     from surecall.engine.grammar import Grammar, clear_automaton_cache
 
     vocab = _partial_character_vocabulary()
+    pattern = '"[^"\\\\]*ab[^"\\\\]*"'
     clear_automaton_cache()
-    grammar = Grammar.from_regex('"[^"\\\\]*ab[^"\\\\]*"')
+    grammar = Grammar.from_regex(pattern)
     matcher = Matcher(grammar, vocab)
     automaton = matcher.automaton
     token_of = {vocab.token_bytes(token): token for token in vocab.trie.token_ids.tolist()}
@@ -1220,13 +1221,6 @@ def test_masks_where_every_member_of_a_group_stays_live_match_stepping_each_toke
         # Once "ab" is read, every character leads back: the group loops, its states known.
         assert entry.ends_walked == prefix.endswith(b"ab"), prefix
         assert set(entry.ids.tolist()) == doubles.brute_force_allowed(automaton, vocab, config), prefix
-    budgeted = Matcher(grammar, vocab, max_tokens=8)
-    config = automaton.step_bytes(automaton.initial, b'"')
-    entry = budgeted._entry(config)
-    assert entry.ends_walked
-    assert set(entry.ids.tolist()) == doubles.brute_force_allowed(automaton, vocab, config)
-    for token, end in zip(entry.ids.tolist(), entry.ends.tolist()):
-        assert end == automaton.step_bytes(config, vocab.token_bytes(token)), vocab.token_bytes(token)
     for piece in (b'"', b"xa", b"\xe6\x97", b"\xa5", b"ab"):
         allowed = set(matcher.allowed_token_ids().tolist())
         assert token_of[piece] in allowed, piece
@@ -1235,6 +1229,34 @@ def test_masks_where_every_member_of_a_group_stays_live_match_stepping_each_toke
         assert matcher.advance(token_of[piece]) == Status.ACCEPTED, piece
     assert token_of[b'"'] in set(matcher.allowed_token_ids().tolist())
     assert matcher.advance(token_of[b'"']) == Status.FINISHED
+
+    # A budget bounds the unwalked tokens by where the group's characters lead: with tokens
+    # to spare the mask serves as it is.
+    config = automaton.step_bytes(automaton.initial, b'"')
+    generous = Matcher(grammar, vocab, max_tokens=40)
+    assert generous.advance(token_of[b'"']) == Status.ACCEPTED
+    assert not generous._entry(config).ends_walked
+    assert set(generous.allowed_token_ids().tolist()) == doubles.brute_force_allowed(automaton, vocab, config)
+
+    def budget_masks(grammar):
+        budgeted = Matcher(grammar, vocab, max_tokens=4)
+        masks = []
+        for piece in (b'"', b"xa", b"b"):
+            assert budgeted.advance(token_of[piece]) == Status.ACCEPTED, piece
+            masks.append(set(budgeted.allowed_token_ids().tolist()))
+        return budgeted, masks
+
+    # Where they may not fit, the mask is walked again with every state: the budget then
+    # allows what it allows without live groups.
+    budgeted, masks = budget_masks(grammar)
+    entry = budgeted._entry(config)
+    assert entry.ends_walked
+    for token, end in zip(entry.ids.tolist(), entry.ends.tolist()):
+        assert end == automaton.step_bytes(config, vocab.token_bytes(token)), vocab.token_bytes(token)
+    monkeypatch.setattr(Matcher, "_live_group", lambda self, config, larger_than=None: None)
+    clear_automaton_cache()
+    assert budget_masks(Grammar.from_regex(pattern))[1] == masks
+    assert token_of[b"ab"] in masks[0] and token_of[b'"'] in masks[2]
 
 
 def _deferring_entries(matcher, config) -> list:
