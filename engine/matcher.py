@@ -263,8 +263,7 @@ class MaskEntry:
 
     @property
     def ends(self) -> np.ndarray:
-        if self.unwalked is not None:
-            raise RuntimeError("the states of this mask's tokens were not walked: walk it again with them")
+        self._require_walked()
         if self._ends is None:
             end_of = np.full(self.size, DEAD, dtype=np.int32)
             if self._base is not None:
@@ -296,12 +295,16 @@ class MaskEntry:
         member_ends = None if self._base is None else self._base[2]
         return member_ends if isinstance(member_ends, UnwalkedEnds) else None
 
+    def _require_walked(self) -> None:
+        if self.unwalked is not None:
+            raise RuntimeError("the states of this mask's tokens were not walked: walk it again with them")
+
     @property
     def unresolved(self) -> bool:
         """Whether some allowed tokens' states are not computed yet: deferred ones inside
         characters, or members' along a chain that counts on."""
         member_ends = None if self._base is None else self._base[2]
-        return bool(self._deferred) or isinstance(member_ends, UnwalkedEnds) or (
+        return bool(self._deferred) or self.unwalked is not None or (
             isinstance(member_ends, tuple) and isinstance(member_ends[0], ChainStates) and member_ends[0].lazy
         )
 
@@ -316,8 +319,8 @@ class MaskEntry:
         group allowed whole leads to a few states, one per character count). Without
         ``resolve``, those of the deferred tokens are left out (and left uncomputed), and an
         unwalked group's members stand for the states they lead among (``UnwalkedEnds``)."""
-        if resolve and self.unwalked is not None:
-            raise RuntimeError("the states of this mask's tokens were not walked: walk it again with them")
+        if resolve:
+            self._require_walked()
         if not len(self._found_ids):
             parts = []
         elif resolve or (self._deferred is None and self.unwalked is None):
@@ -1111,10 +1114,11 @@ class Matcher(MatcherBase):
 
     def _live_group(self, config: int, larger_than=None) -> tuple | None:
         """(the largest group, holding more members than ``larger_than``, every member of
-        which is live at ``config``; the configurations its characters lead to), or None. Where a group's characters lead a configuration
-        to several others (a pattern searched for inside a string: a character of the word
-        leads on, any other back), no chain holds, yet every string of them stays live; the
-        walk then needs only the paths leaving the group."""
+        which is live at ``config``; the configurations its characters lead to), or None.
+        Where a group's characters lead a configuration to several others (a pattern searched
+        for inside a string: a character of the word leads on, any other back), no chain
+        holds, yet every string of them stays live; the walk then needs only the paths
+        leaving the group."""
         if not self._native_walk_applies():
             return None
         live_groups = self._tables.live_groups
