@@ -166,10 +166,13 @@ static void stepper_close(Stepper *stepper) {
     }
 }
 
-/* The walk's output: token ids and the configuration after each, ``found`` of ``room`` used. */
+/* The walk's output: token ids and the configuration after each, ``found`` of ``room`` used;
+ * or, with ``words``, only the tokens' bits set in ``num_words`` packed words. */
 typedef struct {
     int32_t *ids, *ends;
     Py_ssize_t found, room;
+    uint32_t *words;
+    Py_ssize_t num_words;
 } WalkOutput;
 
 /* Report ``tokens[first:last]`` as ending at ``after``; -1 with an exception set when the
@@ -182,6 +185,20 @@ static int report_tokens(const int32_t *tokens, int32_t first, int32_t last, Py_
     if (first < 0 || last > num_tokens) {
         PyErr_SetString(PyExc_ValueError, "walk: a token range is out of range");
         return -1;
+    }
+    if (output->words != NULL) {
+        uint32_t *words = output->words;
+        const uint32_t limit = (uint32_t)(output->num_words * 32);
+        for (int32_t k = first; k < last; k++) {
+            const uint32_t id = (uint32_t)tokens[k];
+            if (id >= limit) {
+                PyErr_SetString(PyExc_ValueError, "walk: a token id lies past the output words");
+                return -1;
+            }
+            words[id >> 5] |= (uint32_t)1 << (id & 31);
+        }
+        output->found += last - first;
+        return 0;
     }
     if (output->found + (last - first) > output->room) {
         PyErr_SetString(PyExc_OverflowError, "walk: more tokens found than the output arrays hold");
@@ -357,18 +374,18 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"automaton", "child_start", "child_end", "node_byte", "token_start", "token_ids",
                                "start_nodes", "start_configs", "out_ids", "out_ends", "below_bytes", "below_start",
-                               "below_end", "depth_first", "whole_characters", "report_starts", "marks", NULL};
+                               "below_end", "depth_first", "whole_characters", "report_starts", "marks", "out_words", NULL};
     int report_starts = 0;
     PyObject *automaton, *child_start_obj, *child_end_obj, *node_byte_obj, *token_start_obj, *token_ids_obj;
     PyObject *start_nodes_obj, *start_configs_obj;
     PyObject *below_bytes_obj = NULL, *below_start_obj = NULL, *below_end_obj = NULL, *depth_first_obj = NULL;
-    PyObject *whole_characters_obj = NULL, *marks_obj = Py_None;
-    Py_buffer out_ids = {0}, out_ends = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOw*w*|OOOOO$pO:walk", keywords, &automaton, &child_start_obj,
+    PyObject *whole_characters_obj = NULL, *marks_obj = Py_None, *out_words_obj = Py_None;
+    Py_buffer out_ids = {0}, out_ends = {0}, out_words = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOw*w*|OOOOO$pOO:walk", keywords, &automaton, &child_start_obj,
                                      &child_end_obj, &node_byte_obj, &token_start_obj, &token_ids_obj,
                                      &start_nodes_obj, &start_configs_obj, &out_ids, &out_ends, &below_bytes_obj,
                                      &below_start_obj, &below_end_obj, &depth_first_obj, &whole_characters_obj,
-                                     &report_starts, &marks_obj)) {
+                                     &report_starts, &marks_obj, &out_words_obj)) {
         return NULL;
     }
     Stepper stepper = {0};
@@ -399,7 +416,19 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
     const Py_ssize_t num_tokens = token_ids_view.len / (Py_ssize_t)sizeof(int32_t);
     const Py_ssize_t num_starts = start_nodes_view.len / (Py_ssize_t)sizeof(int32_t);
     WalkOutput output = {(int32_t *)out_ids.buf, (int32_t *)out_ends.buf, 0,
-                         (out_ids.len < out_ends.len ? out_ids.len : out_ends.len) / (Py_ssize_t)sizeof(int32_t)};
+                         (out_ids.len < out_ends.len ? out_ids.len : out_ends.len) / (Py_ssize_t)sizeof(int32_t),
+                         NULL, 0};
+    if (out_words_obj != Py_None) {
+        if (PyObject_GetBuffer(out_words_obj, &out_words, PyBUF_WRITABLE) < 0) {
+            goto done;
+        }
+        if (out_words.len % 4 != 0) {
+            PyErr_SetString(PyExc_ValueError, "walk: out_words must be 32-bit words");
+            goto done;
+        }
+        output.words = (uint32_t *)out_words.buf;
+        output.num_words = out_words.len / 4;
+    }
     if (child_end_view.len != child_start_view.len || node_byte_view.len != num_nodes ||
         token_start_view.len != (num_nodes + 1) * (Py_ssize_t)sizeof(int32_t) ||
         start_configs_view.len != start_nodes_view.len) {
@@ -565,7 +594,7 @@ done:
     Py_buffer *views[] = {&child_start_view, &child_end_view, &node_byte_view,
                           &token_start_view, &token_ids_view, &start_nodes_view, &start_configs_view,
                           &out_ids, &out_ends, &below_bytes_view, &below_start_view, &below_end_view,
-                          &depth_first_view, &whole_characters_view, &marks_view};
+                          &depth_first_view, &whole_characters_view, &marks_view, &out_words};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
         if (views[i]->obj != NULL) {
             PyBuffer_Release(views[i]);

@@ -187,13 +187,20 @@ class UnwalkedEnds:
     among ``reach``, the configurations the group's characters lead to from the mask's own
     (sorted). With ``partials``, tokens ending inside a character were allowed unwalked too;
     each such character leads from one of ``reach`` to another. A token budget bounds them
-    by these; where the bounds do not fit, the mask is walked again with every state."""
+    by these; where the bounds do not fit, the mask is walked again with every state.
+    ``reach`` is None where the walk set the tokens' bits alone (``_BITS_ONLY``): nothing
+    bounds them, and a budget walks the mask again."""
 
     __slots__ = ("reach", "partials")
 
-    def __init__(self, reach: np.ndarray, partials: bool) -> None:
+    def __init__(self, reach: np.ndarray | None, partials: bool) -> None:
         self.reach = reach
         self.partials = partials
+
+
+#: The ends of a mask whose walk set its tokens' bits without their configurations (no
+#: budget or token hooks read them: ``advance`` steps a token's bytes itself).
+_BITS_ONLY = UnwalkedEnds(None, False)
 
 
 def _made(states) -> np.ndarray:
@@ -240,6 +247,10 @@ class MaskEntry:
         self._ends: np.ndarray | None = None
         if base is None:
             self.words = pack_ids(self._found_ids, size)
+            return
+        if base[2] is _BITS_ONLY and not len(self._found_ids):
+            # The walk's own words, made for this mask.
+            self.words = base[1]
             return
         words = np.zeros(words_for(size), dtype=np.uint32)
         words[: len(base[1])] = base[1]
@@ -331,7 +342,8 @@ class MaskEntry:
         if self._base is not None:
             member_ends = self._base[2]
             if isinstance(member_ends, UnwalkedEnds):
-                parts.append(member_ends.reach)
+                if member_ends.reach is not None:
+                    parts.append(member_ends.reach)
             elif isinstance(member_ends, tuple):
                 states, counts = member_ends
                 if resolve or not isinstance(states, ChainStates):
@@ -351,7 +363,7 @@ class MaskEntry:
             total += self._found_ends.nbytes
         if self._base is not None and isinstance(self._base[2], tuple):
             total += self._base[2][0].nbytes  # the group's ids, words and counts are shared, its states are not
-        if self.unwalked is not None:
+        if self.unwalked is not None and self.unwalked.reach is not None:
             total += self.unwalked.reach.nbytes
         for cached in (self._ids, self._ends, self.end_costs, *(self.end_table or ())):
             if cached is not None:
@@ -727,6 +739,8 @@ _WALK_OUTPUT = threading.local()
 #: The trie's root, where a walk of a whole mask starts.
 _ROOT_NODE = np.zeros(1, dtype=np.int32)
 _ROOT_NODE.flags.writeable = False
+#: The per-token outputs a walk into words leaves empty.
+_NO_OUTPUT = np.zeros(0, dtype=np.int32)
 
 
 def _walk_output(room: int) -> tuple[np.ndarray, np.ndarray]:
@@ -990,12 +1004,18 @@ class Matcher(MatcherBase):
         id_parts: list[np.ndarray] = []
         end_parts: list[np.ndarray] = []
         deferred: list[DeferredEnds] = []
+        # Where nothing reads the tokens' configurations, a native walk from the root sets
+        # the mask's bits alone (a budget's bound needs them: it would walk again).
+        bits_only = not ends and self.max_tokens is None and self._native_walk_applies()
 
         base = None
         if self._only_next_byte(config) >= 0 and self._native_walk_applies():
             # A forced literal: the native walk follows its only live byte from the root, a
             # table read per level, as the loop below does with Python calls per byte.
-            self._walk_native(_ROOT_NODE, np.array([config], dtype=np.int32), id_parts, end_parts)
+            if bits_only:
+                base = (None, self._walk_native_bits(config), _BITS_ONLY)
+            else:
+                self._walk_native(_ROOT_NODE, np.array([config], dtype=np.int32), id_parts, end_parts)
         else:
             # Forced-literal prefix: follow the only possible byte down the trie.
             node, current = 0, config
@@ -1016,7 +1036,7 @@ class Matcher(MatcherBase):
                 start_nodes, start_configs = np.array([node], dtype=np.int32), np.array([current], dtype=np.int32)
                 self._walk_levels(start_nodes, start_configs, id_parts, end_parts)
             elif node == 0:
-                base = self._walk_from_root(config, id_parts, end_parts, deferred, ends=ends)
+                base = self._walk_from_root(config, id_parts, end_parts, deferred, ends=ends, bits_only=bits_only)
 
         if base is not None and self._hooks:
             member_ids = _member_ids(base)
@@ -1039,10 +1059,13 @@ class Matcher(MatcherBase):
         return following[0] if len(following) == 1 else -1
 
     def _walk_from_root(
-        self, config: int, id_parts: list, end_parts: list, deferred: list, *, ends: bool = True
+        self, config: int, id_parts: list, end_parts: list, deferred: list, *, ends: bool = True,
+        bits_only: bool = False,
     ) -> tuple | None:
         """Walk from the trie root; returns the token group allowed as a whole, if one applies.
-        Tokens whose configurations are deferred get a ``DeferredEnds`` in ``deferred``."""
+        Tokens whose configurations are deferred get a ``DeferredEnds`` in ``deferred``. With
+        ``bits_only``, a native walk of the whole trie returns the mask's words alone as
+        such a part (``_BITS_ONLY``)."""
         trie = self.vocab.trie
         too_few = self._too_few_bytes_for_a_large_group(config)
         found = None if too_few else self._chain_group(config)
@@ -1058,6 +1081,8 @@ class Matcher(MatcherBase):
         small = found is None or self._small_group(found[0], _GROUP_WALK_SHARE)
         if small and self._native_walk_applies():
             # The native walk beats the whole-level numpy walk.
+            if bits_only:
+                return None, self._walk_native_bits(config), _BITS_ONLY
             self._walk_native(_ROOT_NODE, np.array([config], dtype=np.int32), id_parts, end_parts)
             return None
         if small and self._walk_wide(config, id_parts, end_parts):
@@ -1303,6 +1328,18 @@ class Matcher(MatcherBase):
         if found:
             id_parts.append(out_ids[:found].copy())
             end_parts.append(out_ends[:found].copy())
+
+    def _walk_native_bits(self, config: int) -> np.ndarray:
+        """The packed words of the tokens allowed at ``config``, walked natively from the
+        root without keeping where each leads (``native.walk``'s ``out_words``)."""
+        trie = self.vocab.trie
+        words = np.zeros(words_for(self.vocab.size), dtype=np.uint32)
+        native.walk(
+            self.automaton, trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids,
+            _ROOT_NODE, np.array([config], dtype=np.int32), _NO_OUTPUT, _NO_OUTPUT, *trie.subtree_tables,
+            out_words=words,
+        )
+        return words
 
     def _walk_sparse(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list):
         """Depth-first walk below a few (node, config) pairs, one live byte at a time.
@@ -1643,6 +1680,8 @@ class Matcher(MatcherBase):
             return None
         deferred = entry.deferred or ()
         unwalked = entry.unwalked
+        if unwalked is not None and unwalked.reach is None:
+            return None
         partials = bool(deferred) or (unwalked is not None and unwalked.partials)
         if partials and not self._defers_partials_under_budget():
             # Deferred by a matcher without a budget (masks are shared), where finishing a

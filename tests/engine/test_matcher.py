@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from surecall.engine import native
 from surecall.engine.errors import TokenBudgetError
 from surecall.engine.matcher import Matcher, Status
+from surecall.engine.trie import unpack_ids, words_for
 
 _spec = importlib.util.spec_from_file_location("automaton_doubles", Path(__file__).with_name("automaton_doubles.py"))
 doubles = importlib.util.module_from_spec(_spec)
@@ -135,6 +136,17 @@ def test_native_walk_rejects_malformed_arguments(vocab):
     marks[first], marks[second] = 1, 2
     found = native.walk(*args, root, root, *out, marks=marks)
     assert sorted(out[0][:found].tolist()) == trie.tokens_at(second).tolist() == [vocab.tokenize_bytes(b"ab")[0]]
+    # Words: the same tokens' bits, set into what the buffer held, nothing per token written.
+    words = np.zeros(words_for(vocab.size), dtype=np.uint32)
+    words[-1] = 1 << 31
+    none = np.zeros(0, dtype=np.int32)
+    found = native.walk(*args, root, root, none, none, marks=marks, out_words=words)
+    assert found == 1
+    assert unpack_ids(words, len(words) * 32).tolist() == sorted([*trie.tokens_at(second).tolist(), len(words) * 32 - 1])
+    with pytest.raises(ValueError, match="past the output words"):
+        native.walk(*args, root, root, none, none, out_words=np.zeros(1, dtype=np.uint32))
+    with pytest.raises(ValueError, match="32-bit words"):
+        native.walk(*args, root, root, none, none, out_words=np.zeros(3, dtype=np.uint8))
 
 
 _TOKEN_BYTES = st.binary(min_size=1, max_size=6).map(lambda data: bytes(b % 8 + 0x61 for b in data))
@@ -684,6 +696,13 @@ def _brute_force_ends(automaton, vocab, config) -> dict[int, int]:
     return ends
 
 
+def _assert_mask_and_ends(matcher, expected: dict[int, int]) -> None:
+    """The matcher's mask at its configuration allows exactly ``expected``'s tokens, and a
+    walk that keeps each token's configuration (a token budget's) finds ``expected``."""
+    assert matcher._entry(matcher.config).ids.tolist() == sorted(expected)
+    assert doubles.walked_tokens(matcher, matcher.config) == expected
+
+
 @pytest.mark.parametrize(
     ("pattern", "text", "groups"),
     [
@@ -716,9 +735,8 @@ def test_chain_groups_agree_with_brute_force(vocab, monkeypatch, pattern, text, 
         found = matcher._chain_group(matcher.config)
         if found is not None and found[1] is not None:
             chains_seen.add(found[0].spec.name)
-        entry = matcher._entry(matcher.config)
         expected = _brute_force_ends(automaton, vocab, matcher.config)
-        assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == expected
+        _assert_mask_and_ends(matcher, expected)
         assert matcher.advance(vocab.tokenize_bytes(bytes([value]))[0]) is not Status.REJECTED
     assert chains_seen == groups
     assert matcher.is_accepting()
@@ -766,10 +784,8 @@ def test_near_uniform_groups_agree_with_brute_force(vocab, pattern, text, except
     for value in text:
         found = matcher._chain_group(matcher.config)
         exceptions_seen |= found is not None and found[2] is not None
-        entry = matcher._entry(matcher.config)
         expected = _brute_force_ends(automaton, vocab, matcher.config)
-        assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == expected
-        assert doubles.walked_tokens(matcher, matcher.config) == expected
+        _assert_mask_and_ends(matcher, expected)
         assert matcher.advance(vocab.tokenize_bytes(bytes([value]))[0]) is not Status.REJECTED
     assert exceptions_seen == excepted
     assert matcher.is_accepting()
@@ -788,9 +804,7 @@ def _walk_with_brute_force(vocab, grammar, text: bytes) -> set[str]:
         if found is not None and found[0].dead_bytes is not None:
             chosen.add(found[0].spec.name)
         expected = _brute_force_ends(grammar.automaton, vocab, matcher.config)
-        entry = matcher._entry(matcher.config)
-        assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == expected
-        assert doubles.walked_tokens(matcher, matcher.config) == expected
+        _assert_mask_and_ends(matcher, expected)
         assert matcher.advance(vocab.tokenize_bytes(bytes([value]))[0]) is not Status.REJECTED
     assert matcher.is_accepting()
     return chosen
@@ -893,9 +907,8 @@ def test_configurations_with_too_few_live_bytes_for_a_large_group_skip_the_choic
     try:
         Matcher._too_few_bytes_for_a_large_group = spy
         for token_id in vocab.tokenize_bytes(text):
-            entry = matcher._entry(matcher.config)
             expected = _brute_force_ends(grammar.automaton, vocab, matcher.config)
-            assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == expected
+            _assert_mask_and_ends(matcher, expected)
             assert matcher.advance(token_id) is not Status.REJECTED
     finally:
         Matcher._too_few_bytes_for_a_large_group = chosen
@@ -1257,6 +1270,39 @@ def test_masks_where_every_member_of_a_group_stays_live_match_stepping_each_toke
     clear_automaton_cache()
     assert budget_masks(Grammar.from_regex(pattern))[1] == masks
     assert token_of[b"ab"] in masks[0] and token_of[b'"'] in masks[2]
+
+
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+def test_masks_walked_for_their_bits_alone_are_walked_again_for_a_budget(vocab):
+    # A matcher without a budget or token hooks reads no token's configuration (``advance``
+    # steps a token's bytes itself): where the native walk covers a whole mask (a forced
+    # literal, digits) it sets the mask's bits alone. A budget matcher sharing the masks
+    # walks such a mask again, with every token's configuration.
+    from surecall.engine import Grammar
+    from surecall.engine import matcher as matcher_module
+
+    grammar = Grammar.from_ebnf(r'''start ::= "{\"n\": " #'-?[0-9]+' "}" ;''')
+    lean = Matcher(grammar, vocab)
+    lean._tables = matcher_module._AutomatonTables(vocab)  # masks of this test only
+    automaton = grammar.automaton
+    text = b'{"n": -120}'
+    configs, bits_only = [], 0
+    for token_id in vocab.tokenize_bytes(text):
+        config = lean.config
+        entry = lean._entry(config)
+        bits_only += entry.unwalked is not None and entry.unwalked.reach is None
+        assert set(entry.ids.tolist()) == doubles.brute_force_allowed(automaton, vocab, config)
+        configs.append(config)
+        assert lean.advance(token_id) is not Status.REJECTED
+    assert lean.is_accepting() and bits_only > 0
+    budgeted = Matcher(grammar, vocab, max_tokens=len(text))
+    budgeted._tables = lean._tables
+    for config, token_id in zip(configs, vocab.tokenize_bytes(text)):
+        entry = budgeted._entry(config)
+        assert entry.ends_walked
+        assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == _brute_force_ends(automaton, vocab, config)
+        assert budgeted.advance(token_id) is not Status.REJECTED
+    assert budgeted.is_accepting()
 
 
 def _deferring_entries(matcher, config) -> list:
