@@ -19,7 +19,9 @@ counter of a string with ``maxLength``, a bounded run of digits): a member token
 decided by their character count. Where no chain holds but every string of a group's
 characters stays live (a word searched for inside a string), the group is allowed whole
 unstepped and only the paths leaving it are walked; a token budget bounds the unstepped
-tokens by the configurations the group's characters lead to. Results are cached per
+tokens by the configurations the group's characters lead to. Without a budget or token
+hooks nothing reads where a token leads, and a walk covering a whole mask keeps its bits
+alone. Results are cached per
 configuration as packed bitsets, shared by every matcher (and clone) of the same grammar
 and vocabulary, in an LRU bounded by ``MASK_CACHE_BYTES``. The chains (at most
 ``max_chars + 1`` ids, about 100 for real vocabularies) and token-path costs are kept per
