@@ -349,7 +349,7 @@ static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, cons
 PyDoc_STRVAR(walk_doc,
 "walk(automaton, child_start, child_end, node_byte, token_start, token_ids, start_nodes, start_configs,\n"
 "     out_ids, out_ends[, below_bytes, below_start, below_end, depth_first, whole_characters],\n"
-"     *, report_starts=False, marks=None)\n"
+"     *, report_starts=False, marks=None, out_words=None)\n"
 "\n"
 "Walk the token trie level by level below each (start node, start configuration),\n"
 "stepping ``automaton.transition_table`` (int32 rows of 256: -1 dead, -2 not computed,\n"
@@ -368,7 +368,12 @@ PyDoc_STRVAR(walk_doc,
 "\n"
 "With ``marks`` (uint8, one per trie node), the walk goes only where a node's mark is not 0,\n"
 "and reports tokens (and takes subtrees at once) only at nodes marked 2; a node marked 1 is\n"
-"passed through, its tokens left to the caller (a token group's members, known live).");
+"passed through, its tokens left to the caller (a token group's members, known live).\n"
+"\n"
+"With ``out_words`` (a writable contiguous array of 32-bit words, keyword only), each token\n"
+"found has its bit set there (token i: bit ``i & 31`` of word ``i >> 5``) instead of being\n"
+"written to ``out_ids``/``out_ends`` (which may then be empty); the count returned is the\n"
+"same. A token id past the words is a ValueError.");
 
 static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
@@ -419,11 +424,11 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
                          (out_ids.len < out_ends.len ? out_ids.len : out_ends.len) / (Py_ssize_t)sizeof(int32_t),
                          NULL, 0};
     if (out_words_obj != Py_None) {
-        if (PyObject_GetBuffer(out_words_obj, &out_words, PyBUF_WRITABLE) < 0) {
+        if (PyObject_GetBuffer(out_words_obj, &out_words, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
             goto done;
         }
-        if (out_words.len % 4 != 0) {
-            PyErr_SetString(PyExc_ValueError, "walk: out_words must be 32-bit words");
+        if (out_words.itemsize != 4) {
+            PyErr_SetString(PyExc_ValueError, "walk: out_words must be a contiguous array of 32-bit words");
             goto done;
         }
         output.words = (uint32_t *)out_words.buf;

@@ -146,7 +146,9 @@ def test_native_walk_rejects_malformed_arguments(vocab):
     with pytest.raises(ValueError, match="past the output words"):
         native.walk(*args, root, root, none, none, out_words=np.zeros(1, dtype=np.uint32))
     with pytest.raises(ValueError, match="32-bit words"):
-        native.walk(*args, root, root, none, none, out_words=np.zeros(3, dtype=np.uint8))
+        native.walk(*args, root, root, none, none, out_words=np.zeros(8, dtype=np.uint8))
+    with pytest.raises(ValueError, match="contiguous"):
+        native.walk(*args, root, root, none, none, out_words=np.zeros(2 * len(words), dtype=np.uint32)[::2])
 
 
 _TOKEN_BYTES = st.binary(min_size=1, max_size=6).map(lambda data: bytes(b % 8 + 0x61 for b in data))
