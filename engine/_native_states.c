@@ -3539,13 +3539,36 @@ static PyObject *few_entries_locked(NfaTables *t, long config, int byte, const u
  * how many entries below ``end`` lead somewhere live, or None when Python must finish the
  * row (no plain scan, a partition not made, a closure meeting an intersection, no spare
  * table row for a new configuration, or a limit exceeded, which Python raises). */
+/* What ``fill_row`` answers for a filled row: how many entries below ``end`` lead somewhere
+ * live, or with ``only_live`` the one byte below ``end`` that does (-1 when not exactly one). */
+static PyObject *row_answer(const int32_t *row, int end, int only_live) {
+    if (!only_live) {
+        return PyLong_FromLong(live_entries(row, end));
+    }
+    int found = -1;
+    for (int b = 0; b < end; b++) {
+        if (row[b] >= 0) {
+            if (found >= 0) {
+                return PyLong_FromLong(-1);
+            }
+            found = b;
+        }
+    }
+    return PyLong_FromLong(found);
+}
+
 static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8_t *wanted) {
+    /* ``end`` past 256 asks for the only live byte below ``end - 256`` (see ``fill_row``). */
+    const int only_live = end > 256;
+    if (only_live) {
+        end -= 256;
+    }
     const int plain = plain_fill(t, config, -1, end, wanted, 1, 0);
     if (plain == PLAIN_ERROR) {
         return NULL;
     }
     if (plain == PLAIN_DONE) {
-        return PyLong_FromLong(live_entries((const int32_t *)t->table_buffer.buf + (Py_ssize_t)config * 256, end));
+        return row_answer((const int32_t *)t->table_buffer.buf + (Py_ssize_t)config * 256, end, only_live);
     }
     RowWork work;
     const int status = open_row(t, config, -1, "fill_row", &work);
@@ -3568,9 +3591,9 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8
     if (result == Py_True) {
         /* Counted here, the row still at hand: the caller asking whether a configuration
          * goes on reads the count instead of the row. */
-        const int live = live_entries(work.row, end);
+        PyObject *answer = row_answer(work.row, end, only_live);
         close_row(&work);
-        return PyLong_FromLong(live);
+        return answer;
     }
     Py_XINCREF(result);
     close_row(&work);
@@ -3894,22 +3917,23 @@ PyObject *entry(PyObject *self, PyObject *args) {
 }
 
 const char fill_row_doc[] = (
-"fill_row(tables, config, end=256, values=None)\n"
+"fill_row(tables, config, end=256, values=None, only_live=False)\n"
 "\n"
 "Fills every entry of configuration ``config``'s row not filled yet, as\n"
 "``ByteAutomaton._compute_row_locked`` for a row of plain scans, with the containers\n"
 "given to ``bind``: how many entries below ``end`` lead somewhere live (unfilled ones\n"
 "are not), or None when Python must finish the row. With ``end``, only the parts\n"
 "holding a byte below it (the row stays incomplete); with ``values`` (a bytes-like\n"
-"object of byte values), only the parts holding one of them.");
+"object of byte values), only the parts holding one of them. With ``only_live``, the answer\n"
+"is the one byte below ``end`` that leads somewhere live, -1 when there is not exactly one.");
 
 PyObject *fill_row(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *capsule;
     long config;
-    int end = 256;
+    int end = 256, only_live = 0;
     Py_buffer values = {0};
-    if (!PyArg_ParseTuple(args, "Ol|iz*:fill_row", &capsule, &config, &end, &values)) {
+    if (!PyArg_ParseTuple(args, "Ol|iz*p:fill_row", &capsule, &config, &end, &values, &only_live)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -3925,7 +3949,7 @@ PyObject *fill_row(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < values.len; i++) {
         wanted[((const uint8_t *)values.buf)[i]] = 1;
     }
-    result = locked(t, fill_row_locked, config, end, values.buf != NULL ? wanted : NULL);
+    result = locked(t, fill_row_locked, config, only_live ? end + 256 : end, values.buf != NULL ? wanted : NULL);
 
 done:
     if (values.obj != NULL) {

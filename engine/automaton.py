@@ -2793,16 +2793,13 @@ class ByteAutomaton:
         return found
 
     def _find_only_next_byte(self, config: int) -> int:
-        # Asked at every new mask of a forced literal: the native count of the whole row's
-        # live entries answers without making the row's list of live bytes.
-        live = native.states.fill_row(self._native, config) if self._native is not None else None
-        if live is None:
+        # Asked at every new mask of a forced literal: the native fill of the whole row
+        # answers with its one live byte, without making the row's list of live bytes.
+        found = native.states.fill_row(self._native, config, 256, None, True) if self._native is not None else None
+        if found is None:
             following = self.next_bytes(config)
             return following[0] if len(following) == 1 else -1
-        if live != 1:
-            return -1
-        row = self._table[config]
-        return int(np.argmax(row >= 0))
+        return found
 
     def live_ascii_count(self, config: int) -> int:
         """How many ASCII bytes lead ``config`` somewhere live (only the ASCII part of its

@@ -959,6 +959,22 @@ def test_native_row_filled_for_some_bytes_fills_their_parts_only():
     assert row[ord("g")] == DEAD and automaton.num_configs == 3
 
 
+@pytest.mark.skipif(native.states is None, reason="the native extension is not built")
+def test_native_row_fill_names_the_only_live_byte():
+    # The row filled, ``only_live`` answers with the one byte below ``end`` that leads
+    # somewhere live, -1 where several or none do; ``only_next_byte`` reads it so.
+    grammar = "start ::= 'a' 'x' | 'b' 'y' ;"
+    automaton = Grammar.from_ebnf(grammar).automaton
+    tables, start = automaton._native, automaton.initial
+    assert native.states.fill_row(tables, start, 256, None, True) == -1
+    assert native.states.fill_row(tables, start, ord("b"), None, True) == ord("a")
+    assert native.states.fill_row(tables, start, ord("a"), None, True) == -1
+    after_a = automaton.step(start, ord("a"))
+    assert native.states.fill_row(tables, after_a, 256, None, True) == ord("x")
+    assert automaton.only_next_byte(after_a) == ord("x") and automaton.only_next_byte(start) == -1
+    assert automaton.next_bytes(after_a) == b"x"
+
+
 def _rules_automaton(grammar: str, *, use_native: bool) -> ByteAutomaton:
     """An automaton of its own (grammars share automata through a cache), with or without
     the native extension."""
