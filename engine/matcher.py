@@ -20,8 +20,8 @@ decided by their character count. Where no chain holds but every string of a gro
 characters stays live (a word searched for inside a string), the group is allowed whole
 unstepped and only the paths leaving it are walked; a token budget bounds the unstepped
 tokens by the configurations the group's characters lead to. Without a budget or token
-hooks nothing reads where a token leads, and a walk covering a whole mask keeps its bits
-alone. Results are cached per
+hooks nothing reads where a token leads, and a mask keeps its bits alone (a group's
+members' words with the bits of the tokens its walks find). Results are cached per
 configuration as packed bitsets, shared by every matcher (and clone) of the same grammar
 and vocabulary, in an LRU bounded by ``MASK_CACHE_BYTES``. The chains (at most
 ``max_chars + 1`` ids, about 100 for real vocabularies) and token-path costs are kept per
@@ -1110,11 +1110,6 @@ class Matcher(MatcherBase):
             self.automaton, config, chain, trie=trie, skip_first=exceptions,
             defer_partials=deferring or self._defers_partials_under_budget(),
         )
-        if deferred_ends is not None:
-            deferred_ends.shift(sum(len(part) for part in id_parts))
-            deferred.append(deferred_ends)
-        id_parts.append(partial_ids)
-        end_parts.append(partial_configs)
         if exceptions is not None:
             # Tokens starting with an excepted byte are walked below it, in the same walk
             # as the exits (the exits starting with one are left out); the rest of the
@@ -1122,6 +1117,20 @@ class Matcher(MatcherBase):
             first_nodes, first_configs = self._below_first_bytes(config, exceptions)
             frontier_nodes = np.concatenate([frontier_nodes, first_nodes])
             frontier_configs = np.concatenate([frontier_configs, first_configs])
+        member_words = self._member_words_alone(group, chain, exceptions) if bits_only else None
+        if member_words is not None:
+            # Nothing reads where a token leads: the members' words, the live tokens ending
+            # inside a character and the exit walk's tokens make the mask's bits alone.
+            words = np.zeros(words_for(self.vocab.size), dtype=np.uint32)
+            words[: len(member_words)] = member_words
+            set_ids(words, partial_ids)
+            self._walk_native_into(words, frontier_nodes, frontier_configs, report_starts=True)
+            return None, words, _BITS_ONLY
+        if deferred_ends is not None:
+            deferred_ends.shift(sum(len(part) for part in id_parts))
+            deferred.append(deferred_ends)
+        id_parts.append(partial_ids)
+        end_parts.append(partial_configs)
         self._walk_at_and_below(frontier_nodes, frontier_configs, id_parts, end_parts)
         if chain is None:
             return group.member_ids, group.member_words, config
@@ -1137,6 +1146,19 @@ class Matcher(MatcherBase):
         live = (member_ends != DEAD) & ~np.isin(group.first_bytes(trie)[0], exceptions)
         id_parts.append(group.member_ids[live])
         end_parts.append(member_ends[live])
+        return None
+
+    def _member_words_alone(self, group, chain: np.ndarray | None, exceptions: np.ndarray | None) -> np.ndarray | None:
+        """The packed words of ``group``'s members live along ``chain`` (a loop's: all of
+        them), those starting with an excepted byte left out, where they come without their
+        configurations (as ``_walk_from_root`` allows them otherwise); None where they do not
+        (a chain past excepted first bytes that does not loop one character in)."""
+        if chain is None:
+            return group.member_words
+        if exceptions is None:
+            return group.members_along(chain)[1]
+        if chain[1] != DEAD and (chain[1:] == chain[1]).all():
+            return group.member_words_without_first(self.vocab.trie, exceptions)
         return None
 
     def _live_group(self, config: int, larger_than=None) -> tuple | None:
@@ -1334,14 +1356,20 @@ class Matcher(MatcherBase):
     def _walk_native_bits(self, config: int) -> np.ndarray:
         """The packed words of the tokens allowed at ``config``, walked natively from the
         root without keeping where each leads (``native.walk``'s ``out_words``)."""
-        trie = self.vocab.trie
         words = np.zeros(words_for(self.vocab.size), dtype=np.uint32)
+        self._walk_native_into(words, _ROOT_NODE, np.array([config], dtype=np.int32))
+        return words
+
+    def _walk_native_into(self, words: np.ndarray, nodes: np.ndarray, configs: np.ndarray, *,
+                          report_starts: bool = False) -> None:
+        """The native walk below ``nodes`` (as ``_walk_native``), setting the bits of the
+        tokens it finds in ``words`` instead of listing them with their configurations."""
+        trie = self.vocab.trie
         native.walk(
             self.automaton, trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids,
-            _ROOT_NODE, np.array([config], dtype=np.int32), _NO_OUTPUT, _NO_OUTPUT, *trie.subtree_tables,
-            out_words=words,
+            np.ascontiguousarray(nodes, dtype=np.int32), np.ascontiguousarray(configs, dtype=np.int32),
+            _NO_OUTPUT, _NO_OUTPUT, *trie.subtree_tables, report_starts=report_starts, out_words=words,
         )
-        return words
 
     def _walk_sparse(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list):
         """Depth-first walk below a few (node, config) pairs, one live byte at a time.

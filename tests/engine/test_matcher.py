@@ -1041,11 +1041,12 @@ def test_a_counted_chain_makes_what_a_mask_reads_and_the_rest_when_a_budget_read
     group, chain, exceptions = plain._tables.chain_groups[config]
     assert exceptions is None
     assert (chain <= _LAZY).any() and (chain[group.chain_counts] > _LAZY).all()
-    # A budgeted matcher of the same grammar shares that mask and reads every token's end.
+    # A budgeted matcher of the same grammar shares the chain (the plain matcher's mask holds
+    # its tokens' bits alone: it walks its own) and reads every token's end.
     budgeted = Matcher(grammar, vocab, max_tokens=60)
     assert budgeted.advance_many(quote) != Status.REJECTED
-    entry = budgeted._tables.masks.get(config)
-    assert entry is plain._tables.masks.get(config)
+    entry = budgeted._entry(config)
+    assert budgeted._tables.chain_groups[config][1] is chain and entry.ends_walked
     ends = dict(zip(entry.ids.tolist(), entry.ends.tolist()))
     assert sorted(ends) == allowed
     for token_id, end in ends.items():
@@ -1194,13 +1195,14 @@ def test_masks_inside_strings_defer_the_configurations_inside_characters(pattern
     assert deferred, "no token's configuration was deferred"
     for token, end in zip(entry.ids.tolist(), entry.ends.tolist()):
         assert end == automaton.step_bytes(config, vocab.token_bytes(token)), vocab.token_bytes(token)
-    # A budget matcher reading the entries a matcher without one made (they are shared),
-    # and advancing through a token that ends inside a character.
+    # A matcher without a budget keeps its masks' bits alone; a walk that keeps where tokens
+    # lead (a budget's) defers the configurations inside characters, and a budget matcher
+    # advances through a token that ends inside a character.
     unbudgeted = Matcher(grammar, vocab)
     assert unbudgeted.advance(token_of[b'"']) == Status.ACCEPTED
     assert set(partial) <= set(unbudgeted.allowed_token_ids().tolist())
-    shared = unbudgeted._entry(config)
-    assert shared._deferred, "the shared entry deferred nothing"
+    shared = unbudgeted._new_entry(config, ends=True)
+    assert shared._deferred, "the entry deferred nothing"
     # The mask cache is bounded by bytes: what the deferred ends hold counts.
     held = shared.words.nbytes + sum(part.nbytes for part in shared._deferred)
     assert shared.nbytes >= held and all(part.nbytes > 0 for part in shared._deferred)
@@ -1233,8 +1235,11 @@ def test_masks_where_every_member_of_a_group_stays_live_match_stepping_each_toke
     for prefix in (b'"', b'"xa', b'"\xe6\x97\xa5a', b'"xab'):
         config = automaton.step_bytes(automaton.initial, prefix)
         entry = matcher._entry(config)
-        # Once "ab" is read, every character leads back: the group loops, its states known.
-        assert entry.ends_walked == prefix.endswith(b"ab"), prefix
+        # Before "ab" the group is allowed as live, unstepped, with where its characters lead;
+        # once "ab" is read, every character leads back: the group loops, and a matcher
+        # without a budget keeps the mask's bits alone.
+        assert entry.unwalked is not None
+        assert (entry.unwalked.reach is None) == prefix.endswith(b"ab"), prefix
         assert set(entry.ids.tolist()) == doubles.brute_force_allowed(automaton, vocab, config), prefix
     for piece in (b'"', b"xa", b"\xe6\x97", b"\xa5", b"ab"):
         allowed = set(matcher.allowed_token_ids().tolist())
@@ -1308,9 +1313,11 @@ def test_masks_walked_for_their_bits_alone_are_walked_again_for_a_budget(vocab):
 
 
 def _deferring_entries(matcher, config) -> list:
-    """The deferred ends of the mask at ``config``, walked afresh."""
+    """The deferred ends of the mask at ``config``, walked afresh (keeping where its tokens
+    lead: a matcher without a budget keeps its masks' bits alone)."""
     matcher._tables.masks.discard(config)
-    return matcher._entry(config).deferred or []
+    entry = matcher._entry(config) if matcher.max_tokens is not None else matcher._new_entry(config, ends=True)
+    return entry.deferred or []
 
 
 def test_budget_masks_bound_tokens_inside_characters_without_their_configurations():
@@ -1367,8 +1374,7 @@ def test_budget_masks_compute_every_state_where_a_byte_inside_characters_is_no_t
     assert not matcher._defers_partials_under_budget()
     assert not _deferring_entries(matcher, matcher.config)
     assert Matcher(grammar, vocab)._defers_partials_under_budget() is False
-    # The mask a matcher without a budget leaves (shared, its ends deferred), read under
-    # budgets: each token's own cost decides.
+    # Under budgets, each token's own cost decides (a walk without one defers the ends).
     for budget in range(2, 9):
         tight = Matcher(grammar, vocab, max_tokens=budget)
         assert tight.advance(vocab.tokenize_bytes(b'"')[0]) == Status.ACCEPTED
@@ -1422,7 +1428,8 @@ def test_an_automaton_whose_masks_deferred_ends_is_freed_with_its_grammar():
     matcher = Matcher(grammar, vocab)
     matcher.advance(vocab.tokenize_bytes(b'"')[0])
     matcher.allowed_token_ids()
-    assert matcher._entry(matcher.config)._deferred, "the mask deferred nothing"
+    # A walk keeping where tokens lead (a budget's) defers those inside characters.
+    assert matcher._new_entry(matcher.config, ends=True)._deferred, "the mask deferred nothing"
     freed = weakref.ref(matcher.automaton)
     del grammar, matcher
     clear_automaton_cache()
