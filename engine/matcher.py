@@ -1106,9 +1106,10 @@ class Matcher(MatcherBase):
             # where they are listed, at once), which a budget does only where it binds.
             lazy_members = (deferring or self._bounds_apply()) and exceptions is None
             _make_lazy_entries(self.automaton, chain, group.chain_counts if lazy_members else None)
+        member_words = self._member_words_alone(group, chain, exceptions) if bits_only else None
         frontier_nodes, frontier_configs, partial_ids, partial_configs, deferred_ends = group.exits_from(
             self.automaton, config, chain, trie=trie, skip_first=exceptions,
-            defer_partials=deferring or self._defers_partials_under_budget(),
+            defer_partials=deferring or self._defers_partials_under_budget(), ends_read=member_words is None,
         )
         if exceptions is not None:
             # Tokens starting with an excepted byte are walked below it, in the same walk
@@ -1117,7 +1118,6 @@ class Matcher(MatcherBase):
             first_nodes, first_configs = self._below_first_bytes(config, exceptions)
             frontier_nodes = np.concatenate([frontier_nodes, first_nodes])
             frontier_configs = np.concatenate([frontier_configs, first_configs])
-        member_words = self._member_words_alone(group, chain, exceptions) if bits_only else None
         if member_words is not None:
             # Nothing reads where a token leads: the members' words, the live tokens ending
             # inside a character and the exit walk's tokens make the mask's bits alone.

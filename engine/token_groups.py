@@ -384,7 +384,7 @@ class TokenGroup:
 
     def exits_from(
         self, automaton, config, chain: np.ndarray | None = None, *, trie: TokenTrie | None = None,
-        skip_first: np.ndarray | None = None, defer_partials: bool = False,
+        skip_first: np.ndarray | None = None, defer_partials: bool = False, ends_read: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "DeferredEnds | None"]:
         """For a config that loops on the group, live only: exit nodes and their configs,
         tokens ending inside a character and their configs, and the deferred ones.
@@ -399,10 +399,11 @@ class TokenGroup:
         start somewhere live (``automaton.utf8_agrees``): its configuration is ``DEFERRED``
         and the returned ``DeferredEnds`` computes it on request. The configurations
         inside characters are most of the new ones at a string's start, and only a token
-        budget reads them (``advance`` steps the token's bytes itself).
+        budget reads them (``advance`` steps the token's bytes itself). Without
+        ``ends_read`` (nothing will ask), no ``DeferredEnds`` is made where every partial
+        token is deferred.
         """
         partial_ids, partial_owner = self.partial_ids, self.partial_owner
-        partial_starts = config if chain is None else chain[self.partial_chars]
         # Paths starting with a skipped byte are not the chain's: their tails would run
         # from a chain configuration they never reach, and are dropped.
         skipped = _byte_flags(skip_first) if skip_first is not None and len(skip_first) > 0 else None
@@ -417,11 +418,15 @@ class TokenGroup:
                 (partial_ids, self._all_deferred_tokens, self._partial_positions, partial_owner)
                 if skipped is None else self._partials_without_first(trie, skip_first, skipped)
             )
+            if not ends_read:
+                return exit_nodes, exit_configs, ids, ends, None
+            partial_starts = config if chain is None else chain[self.partial_chars]
             deferred = DeferredEnds(
                 automaton, partial_starts, partial_tails, partial_lengths, positions=positions,
                 tail_of_token=tail_of_token, characters=self._characters_of(config, chain),
             )
             return exit_nodes, exit_configs, ids, ends, deferred
+        partial_starts = config if chain is None else chain[self.partial_chars]
         if sure is False:
             partial_configs = _run_tails(automaton, partial_starts, partial_tails, partial_lengths)
         else:
