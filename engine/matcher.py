@@ -1006,8 +1006,8 @@ class Matcher(MatcherBase):
         id_parts: list[np.ndarray] = []
         end_parts: list[np.ndarray] = []
         deferred: list[DeferredEnds] = []
-        # Where nothing reads the tokens' configurations, a native walk from the root sets
-        # the mask's bits alone (a budget's bound needs them: it would walk again).
+        # Where nothing reads the tokens' configurations, the mask keeps its bits alone
+        # (a budget's bound needs them: it would walk again).
         bits_only = not ends and self.max_tokens is None and self._native_walk_applies()
 
         base = None
@@ -1066,8 +1066,8 @@ class Matcher(MatcherBase):
     ) -> tuple | None:
         """Walk from the trie root; returns the token group allowed as a whole, if one applies.
         Tokens whose configurations are deferred get a ``DeferredEnds`` in ``deferred``. With
-        ``bits_only``, a native walk of the whole trie returns the mask's words alone as
-        such a part (``_BITS_ONLY``)."""
+        ``bits_only``, a native walk of the whole trie, or a group's members with the tokens
+        its exit walk finds, return the mask's words alone as such a part (``_BITS_ONLY``)."""
         trie = self.vocab.trie
         too_few = self._too_few_bytes_for_a_large_group(config)
         found = None if too_few else self._chain_group(config)

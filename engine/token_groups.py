@@ -420,13 +420,12 @@ class TokenGroup:
             )
             if not ends_read:
                 return exit_nodes, exit_configs, ids, ends, None
-            partial_starts = config if chain is None else chain[self.partial_chars]
             deferred = DeferredEnds(
-                automaton, partial_starts, partial_tails, partial_lengths, positions=positions,
+                automaton, self._partial_starts(config, chain), partial_tails, partial_lengths, positions=positions,
                 tail_of_token=tail_of_token, characters=self._characters_of(config, chain),
             )
             return exit_nodes, exit_configs, ids, ends, deferred
-        partial_starts = config if chain is None else chain[self.partial_chars]
+        partial_starts = self._partial_starts(config, chain)
         if sure is False:
             partial_configs = _run_tails(automaton, partial_starts, partial_tails, partial_lengths)
         else:
@@ -447,6 +446,10 @@ class TokenGroup:
                 tail_of_token=(np.cumsum(sure) - 1)[rows], characters=self._characters_of(config, chain),
             )
         return exit_nodes, exit_configs, partial_ids[partial_live], token_configs[partial_live], deferred
+
+    def _partial_starts(self, config: int, chain: np.ndarray | None):
+        """Where each partial row's tail starts: ``config``, or along ``chain`` its count's."""
+        return config if chain is None else chain[self.partial_chars]
 
     def _characters_of(self, config: int, chain: np.ndarray | None) -> tuple:
         """``DeferredEnds``'s ``characters``: where partial characters start (a few: the
