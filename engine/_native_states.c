@@ -3534,11 +3534,6 @@ static PyObject *few_entries_locked(NfaTables *t, long config, int byte, const u
     }
 }
 
-/* Fill every entry of a plain-scan row not filled yet (``ByteAutomaton._compute_row_locked``),
- * or those below ``end``, or (``wanted`` not NULL: 256 flags) those of the flagged bytes:
- * how many entries below ``end`` lead somewhere live, or None when Python must finish the
- * row (no plain scan, a partition not made, a closure meeting an intersection, no spare
- * table row for a new configuration, or a limit exceeded, which Python raises). */
 /* What ``fill_row`` answers for a filled row: how many entries below ``end`` lead somewhere
  * live, or with ``only_live`` the one byte below ``end`` that does (-1 when not exactly one). */
 static PyObject *row_answer(const int32_t *row, int end, int only_live) {
@@ -3557,12 +3552,12 @@ static PyObject *row_answer(const int32_t *row, int end, int only_live) {
     return PyLong_FromLong(found);
 }
 
-static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8_t *wanted) {
-    /* ``end`` past 256 asks for the only live byte below ``end - 256`` (see ``fill_row``). */
-    const int only_live = end > 256;
-    if (only_live) {
-        end -= 256;
-    }
+/* Fill every entry of a plain-scan row not filled yet (``ByteAutomaton._compute_row_locked``),
+ * or those below ``end``, or (``wanted`` not NULL: 256 flags) those of the flagged bytes:
+ * ``row_answer`` of the row, or None when Python must finish the row (no plain scan, a
+ * partition not made, a closure meeting an intersection, no spare table row for a new
+ * configuration, or a limit exceeded, which Python raises). Under the tables' lock. */
+static PyObject *filled_row(NfaTables *t, long config, int end, const uint8_t *wanted, int only_live) {
     const int plain = plain_fill(t, config, -1, end, wanted, 1, 0);
     if (plain == PLAIN_ERROR) {
         return NULL;
@@ -3598,6 +3593,11 @@ static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8
     Py_XINCREF(result);
     close_row(&work);
     return result;
+}
+
+/* ``filled_row`` counting the live entries, in the shape ``locked`` calls. */
+static PyObject *fill_row_locked(NfaTables *t, long config, int end, const uint8_t *wanted) {
+    return filled_row(t, config, end, wanted, 0);
 }
 
 /* Take the tables' lock (``bind``'s): 0, -1 with an exception set. Configurations are
@@ -3949,7 +3949,10 @@ PyObject *fill_row(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < values.len; i++) {
         wanted[((const uint8_t *)values.buf)[i]] = 1;
     }
-    result = locked(t, fill_row_locked, config, only_live ? end + 256 : end, values.buf != NULL ? wanted : NULL);
+    if (tables_lock(t) < 0) {
+        goto done;
+    }
+    result = tables_unlock(t, filled_row(t, config, end, values.buf != NULL ? wanted : NULL, only_live));
 
 done:
     if (values.obj != NULL) {

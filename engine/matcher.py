@@ -205,6 +205,11 @@ class UnwalkedEnds:
 _BITS_ONLY = UnwalkedEnds(None, False)
 
 
+def _loops_one_character_in(chain: np.ndarray) -> bool:
+    """Whether a chain stays at one live configuration from its first character on."""
+    return chain[1] != DEAD and bool((chain[1:] == chain[1]).all())
+
+
 def _made(states) -> np.ndarray:
     return states.made() if isinstance(states, ChainStates) else states
 
@@ -1134,7 +1139,7 @@ class Matcher(MatcherBase):
         self._walk_at_and_below(frontier_nodes, frontier_configs, id_parts, end_parts)
         if chain is None:
             return group.member_ids, group.member_words, config
-        if exceptions is not None and chain[1] != DEAD and (chain[1:] == chain[1]).all():
+        if exceptions is not None and _loops_one_character_in(chain):
             # One character in, the group loops: every other member ends there.
             return None, group.member_words_without_first(trie, exceptions), int(chain[1])
         if exceptions is None:
@@ -1157,7 +1162,7 @@ class Matcher(MatcherBase):
             return group.member_words
         if exceptions is None:
             return group.members_along(chain)[1]
-        if chain[1] != DEAD and (chain[1:] == chain[1]).all():
+        if _loops_one_character_in(chain):
             return group.member_words_without_first(self.vocab.trie, exceptions)
         return None
 
@@ -1325,26 +1330,11 @@ class Matcher(MatcherBase):
         table lacks are computed through ``automaton.step`` as the walk meets them);
         with ``report_starts``, also the tokens at ``nodes``; with ``marks``, only where
         they lead (see ``native.walk``)."""
-        trie = self.vocab.trie
-        room = len(trie.token_ids)
+        room = len(self.vocab.trie.token_ids)
         while True:
             out_ids, out_ends = _walk_output(room)
             try:
-                found = native.walk(
-                    self.automaton,
-                    trie.child_start,
-                    trie.child_end,
-                    trie.byte,
-                    trie.token_start,
-                    trie.token_ids,
-                    np.ascontiguousarray(nodes, dtype=np.int32),
-                    np.ascontiguousarray(configs, dtype=np.int32),
-                    out_ids,
-                    out_ends,
-                    *trie.subtree_tables,
-                    report_starts=report_starts,
-                    marks=marks,
-                )
+                found = self._native_trie_walk(nodes, configs, out_ids, out_ends, report_starts=report_starts, marks=marks)
                 break
             except OverflowError:
                 # Start nodes inside each other's subtrees report a token more than once.
@@ -1364,11 +1354,16 @@ class Matcher(MatcherBase):
                           report_starts: bool = False) -> None:
         """The native walk below ``nodes`` (as ``_walk_native``), setting the bits of the
         tokens it finds in ``words`` instead of listing them with their configurations."""
+        self._native_trie_walk(nodes, configs, _NO_OUTPUT, _NO_OUTPUT, report_starts=report_starts, out_words=words)
+
+    def _native_trie_walk(self, nodes, configs, out_ids: np.ndarray, out_ends: np.ndarray, **options) -> int:
+        """``native.walk`` over this vocabulary's trie (with its subtree tables) below
+        ``nodes`` from ``configs``; ``options`` are its keyword arguments."""
         trie = self.vocab.trie
-        native.walk(
+        return native.walk(
             self.automaton, trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids,
             np.ascontiguousarray(nodes, dtype=np.int32), np.ascontiguousarray(configs, dtype=np.int32),
-            _NO_OUTPUT, _NO_OUTPUT, *trie.subtree_tables, report_starts=report_starts, out_words=words,
+            out_ids, out_ends, *trie.subtree_tables, **options,
         )
 
     def _walk_sparse(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list):
