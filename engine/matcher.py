@@ -814,6 +814,9 @@ class Matcher(MatcherBase):
         self._text_check = getattr(grammar, "text_check", None)
         lean = max_tokens is None and not self._hooks and self._text_check is None
         self._lean_step = getattr(automaton, "step_bytes", None) if lean else None
+        # Where nothing reads a token's configuration (no budget; ``_entry`` walks ends for
+        # token hooks), a mask one native walk makes keeps its bits alone.
+        self._bits_walk = max_tokens is None and native.walk is not None and hasattr(automaton, "transition_table")
         self._check_memo: tuple | None = None
         self._check_mask_memo: list | None = None
         self._partials_bounded: bool | None = None
@@ -849,6 +852,17 @@ class Matcher(MatcherBase):
         if memo[3] is None:
             memo[3] = super()._current_mask()[0] if kept is words else unpack_ids(kept, self.vocab.size)
         return memo[3], kept
+
+    def _mask_words(self) -> np.ndarray:
+        if self._lean_step is None:
+            return super()._mask_words()
+        # Without a budget, token hooks or a text check, the mask is its entry's words
+        # (``_current_mask`` through ``_entry``, without the layers).
+        state = self._states[-1]
+        entry = self._tables.masks.get(state)
+        if entry is None:
+            entry = self._new_entry(state, ends=False)
+        return entry.words
 
     def _checked_words(self, words: np.ndarray) -> np.ndarray:
         """``words`` without the tokens the text check rejects (``words`` itself when it
@@ -983,10 +997,24 @@ class Matcher(MatcherBase):
         return entry
 
     def _new_entry(self, config: int, *, ends: bool) -> MaskEntry:
-        ids, found_ends, base, deferred = self._walk_all(config, ends=ends)
-        entry = MaskEntry(self.vocab.size, ids, found_ends, base, deferred)
+        words = None if ends else self._whole_walk_bits(config)
+        if words is not None:
+            entry = MaskEntry(self.vocab.size, _NO_OUTPUT, None, (None, words, _BITS_ONLY))
+        else:
+            ids, found_ends, base, deferred = self._walk_all(config, ends=ends)
+            entry = MaskEntry(self.vocab.size, ids, found_ends, base, deferred)
         self._tables.masks.put(config, entry)
         return entry
+
+    def _whole_walk_bits(self, config: int) -> np.ndarray | None:
+        """The mask's words where one native walk from the root makes them and nothing reads
+        where its tokens lead: at a forced literal, or with too few live bytes for a group
+        (most masks); else None (``_walk_all`` decides)."""
+        if not self._bits_walk or (
+            self._only_next_byte(config) < 0 and not self._too_few_bytes_for_a_large_group(config)
+        ):
+            return None
+        return self._walk_native_bits(config)
 
     def _unwalked_ends_serve(self, entry: MaskEntry) -> bool:
         """Whether a mask whose group members' states were not walked serves this matcher:
@@ -1012,17 +1040,15 @@ class Matcher(MatcherBase):
         end_parts: list[np.ndarray] = []
         deferred: list[DeferredEnds] = []
         # Where nothing reads the tokens' configurations, the mask keeps its bits alone
-        # (a budget's bound needs them: it would walk again).
-        bits_only = not ends and self.max_tokens is None and self._native_walk_applies()
+        # (a budget's bound needs them: it would walk again). A forced literal's mask is
+        # then ``_new_entry``'s (``_whole_walk_bits``).
+        bits_only = not ends and self._bits_walk
 
         base = None
         if self._only_next_byte(config) >= 0 and self._native_walk_applies():
             # A forced literal: the native walk follows its only live byte from the root, a
             # table read per level, as the loop below does with Python calls per byte.
-            if bits_only:
-                base = (None, self._walk_native_bits(config), _BITS_ONLY)
-            else:
-                self._walk_native(_ROOT_NODE, np.array([config], dtype=np.int32), id_parts, end_parts)
+            self._walk_native(_ROOT_NODE, np.array([config], dtype=np.int32), id_parts, end_parts)
         else:
             # Forced-literal prefix: follow the only possible byte down the trie.
             node, current = 0, config

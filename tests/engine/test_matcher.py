@@ -1301,7 +1301,8 @@ def test_masks_walked_for_their_bits_alone_are_walked_again_for_a_budget(vocab):
         assert set(entry.ids.tolist()) == doubles.brute_force_allowed(automaton, vocab, config)
         configs.append(config)
         assert lean.advance(token_id) is not Status.REJECTED
-    assert lean.is_accepting() and bits_only > 0
+    # A forced literal or a number's few live bytes: every mask here is one walk's bits.
+    assert lean.is_accepting() and bits_only == len(configs)
     budgeted = Matcher(grammar, vocab, max_tokens=len(text))
     budgeted._tables = lean._tables
     for config, token_id in zip(configs, vocab.tokenize_bytes(text)):
@@ -1310,6 +1311,35 @@ def test_masks_walked_for_their_bits_alone_are_walked_again_for_a_budget(vocab):
         assert dict(zip(entry.ids.tolist(), entry.ends.tolist())) == _brute_force_ends(automaton, vocab, config)
         assert budgeted.advance(token_id) is not Status.REJECTED
     assert budgeted.is_accepting()
+
+
+def test_a_lean_matchers_bitmask_is_its_own_walk_and_exact(vocab):
+    # Without a budget, token hooks or a text check, ``fill_bitmask`` reads the mask's entry
+    # directly and makes it when new (``Matcher._mask_words``): asked first at every step,
+    # with no other matcher's masks to share, its bits are the tokens stepping allows.
+    from surecall.engine import Grammar
+    from surecall.engine import matcher as matcher_module
+
+    grammar = Grammar.from_ebnf(
+        r'''start ::= "{" pair ("," pair)* "}" ; pair ::= #'"[a-z]{1,3}"' ":" (#'-?[0-9]+' | #'"[^"]*"') ;'''
+    )
+    matcher = Matcher(grammar, vocab)
+    matcher._tables = matcher_module._AutomatonTables(vocab)
+    assert matcher._lean_step is not None
+    automaton = grammar.automaton
+    text = '{"ab":-12,"c":"x y","dd":7}'.encode()
+    buffer = np.zeros((vocab.size + 31) // 32, dtype=np.int32)
+    for token_id in vocab.tokenize_bytes(text):
+        matcher.fill_bitmask(buffer)
+        bits = {i for i in range(vocab.size) if (int(buffer.view(np.uint32)[i >> 5]) >> (i & 31)) & 1}
+        expected = doubles.brute_force_allowed(automaton, vocab, matcher.config)
+        if automaton.is_accepting(matcher.config):
+            expected |= set(vocab.eos_token_ids)
+        assert bits == expected
+        assert matcher.advance(token_id) is not Status.REJECTED
+    # Nothing may follow the closing brace: the document is finished, no token is allowed.
+    matcher.fill_bitmask(buffer)
+    assert matcher.is_finished() and not buffer.any()
 
 
 def _deferring_entries(matcher, config) -> list:
