@@ -62,7 +62,7 @@ static int get_int32_buffer(PyObject *object, Py_buffer *view, const char *name)
         return -1;
     }
     if (view->len % (Py_ssize_t)sizeof(int32_t) != 0) {
-        PyErr_Format(PyExc_ValueError, "walk: %s is not an array of int32", name);
+        PyErr_Format(PyExc_ValueError, "%s is not an array of int32", name);
         PyBuffer_Release(view);
         return -1;
     }
@@ -113,16 +113,15 @@ static int32_t compute_entry(PyObject *step, int32_t config, int32_t value) {
 /* What the trie walks step through: the automaton's table, its ``step`` for entries not
  * computed yet, and its native tables, which compute most of those without Python. */
 typedef struct {
-    PyObject *automaton, *step, *tables;
-    PyObject *utf8_agrees; /* the automaton's bound method, looked up when first asked */
+    PyObject *automaton, *tables;
+    PyObject *step, *utf8_agrees; /* the automaton's bound methods, looked up when first asked */
     Py_buffer table;
     Py_ssize_t num_rows;
 } Stepper;
 
 static int stepper_open(Stepper *stepper, PyObject *automaton) {
     stepper->automaton = automaton;
-    if (refresh_table(automaton, &stepper->table) < 0 ||
-        (stepper->step = PyObject_GetAttrString(automaton, "step")) == NULL) {
+    if (refresh_table(automaton, &stepper->table) < 0) {
         return -1;
     }
     stepper->num_rows = stepper->table.len / ROW_BYTES;
@@ -148,6 +147,10 @@ static int32_t stepper_entry(Stepper *stepper, int32_t config, int32_t value, in
         if (after != NATIVE_ENTRY_ASK_PYTHON) {
             return after;
         }
+    }
+    /* Looked up when first needed: the native tables compute most entries. */
+    if (stepper->step == NULL && (stepper->step = PyObject_GetAttrString(stepper->automaton, "step")) == NULL) {
+        return UNKNOWN;
     }
     int32_t after = compute_entry(stepper->step, config, value);
     if (after == UNKNOWN || refresh_table(stepper->automaton, &stepper->table) < 0) {
@@ -267,6 +270,71 @@ static LoopEntry *loop_entry(LoopCache *cache, int32_t config) {
     return entry;
 }
 
+/* What a walk works in: its frontier lists and loop cache. One set is kept between walks,
+ * its room with it, since most walks are small and fresh lists cost a walk of a forced
+ * literal as much as the walk itself; a walk starting while it is in use (another thread
+ * entering during a Python call of this one) makes its own. */
+typedef struct {
+    IntList frontier_nodes, frontier_configs, next_nodes, next_configs;
+    LoopCache loop_cache;
+} WalkScratch;
+
+static WalkScratch kept_scratch;
+static int kept_scratch_busy;
+
+/* Past this many entries a list or loop cache is not kept for the next walk. */
+#define KEPT_SCRATCH_ROOM 65536
+
+/* The scratch a walk starts with: the kept one, emptied, when free, else a fresh one. */
+static WalkScratch walk_scratch_take(int *kept) {
+    *kept = !kept_scratch_busy;
+    if (!*kept) {
+        WalkScratch fresh;
+        memset(&fresh, 0, sizeof fresh);
+        return fresh;
+    }
+    kept_scratch_busy = 1;
+    WalkScratch scratch = kept_scratch;
+    scratch.frontier_nodes.size = scratch.frontier_configs.size = 0;
+    scratch.next_nodes.size = scratch.next_configs.size = 0;
+    if (scratch.loop_cache.used) {
+        for (Py_ssize_t i = 0; i < scratch.loop_cache.capacity; i++) {
+            scratch.loop_cache.slots[i].config = -1;
+        }
+        scratch.loop_cache.used = 0;
+    }
+    return scratch;
+}
+
+static void int_list_keep_or_free(IntList *list, IntList *kept) {
+    if (list->capacity > KEPT_SCRATCH_ROOM) {
+        int_list_free(list);
+    }
+    *kept = *list;
+}
+
+/* Hand a walk's scratch back (``kept`` as ``walk_scratch_take`` set it), or free it. */
+static void walk_scratch_give(WalkScratch *scratch, int kept) {
+    if (!kept) {
+        int_list_free(&scratch->frontier_nodes);
+        int_list_free(&scratch->frontier_configs);
+        int_list_free(&scratch->next_nodes);
+        int_list_free(&scratch->next_configs);
+        free(scratch->loop_cache.slots);
+        return;
+    }
+    int_list_keep_or_free(&scratch->frontier_nodes, &kept_scratch.frontier_nodes);
+    int_list_keep_or_free(&scratch->frontier_configs, &kept_scratch.frontier_configs);
+    int_list_keep_or_free(&scratch->next_nodes, &kept_scratch.next_nodes);
+    int_list_keep_or_free(&scratch->next_configs, &kept_scratch.next_configs);
+    if (scratch->loop_cache.capacity > KEPT_SCRATCH_ROOM) {
+        free(scratch->loop_cache.slots);
+        scratch->loop_cache = (LoopCache){0};
+    }
+    kept_scratch.loop_cache = scratch->loop_cache;
+    kept_scratch_busy = 0;
+}
+
 /* Whether every multi-byte UTF-8 character leads the configuration of ``entry`` back to
  * itself, as ``automaton.utf8_agrees`` tells from an ASCII byte known to: 1, 0 (also when
  * no such byte is known yet, or the automaton cannot tell), or -1 with an exception set. */
@@ -346,79 +414,174 @@ static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, cons
     return 1;
 }
 
+/* The token trie a walk reads, held by a capsule (``trie_tables``) with its arrays' views,
+ * which live as long as it does: a walk takes them without asking each array again. */
+#define TRIE_ARRAYS 10
+
+typedef struct {
+    Py_buffer views[TRIE_ARRAYS];
+    const int32_t *child_start, *child_end, *token_start, *token_ids;
+    const uint8_t *node_byte;
+    Py_ssize_t num_nodes, num_tokens;
+    /* The subtree shortcut's tables (all NULL when not given). */
+    const uint64_t *below_bytes;
+    const int32_t *below_start, *below_end, *depth_first;
+    const uint8_t *whole_characters;
+} TrieTables;
+
+static const char *const TRIE_TABLES_NAME = "surecall._native.trie_tables";
+
+static void trie_tables_free(TrieTables *trie) {
+    for (int i = 0; i < TRIE_ARRAYS; i++) {
+        if (trie->views[i].obj != NULL) {
+            PyBuffer_Release(&trie->views[i]);
+        }
+    }
+    free(trie);
+}
+
+static void trie_tables_destructor(PyObject *capsule) {
+    trie_tables_free((TrieTables *)PyCapsule_GetPointer(capsule, TRIE_TABLES_NAME));
+}
+
+PyDoc_STRVAR(trie_tables_doc,
+"trie_tables(child_start, child_end, node_byte, token_start, token_ids[, below_bytes, below_start,\n"
+"            below_end, depth_first, whole_characters])\n"
+"\n"
+"The token trie as ``walk`` reads it: an opaque object holding views of the arrays (int32\n"
+"except ``node_byte``, uint8), checked once. With the trie's ``subtree_tables`` (below_bytes,\n"
+"below_start, below_end, depth_first, whole_characters) as five more arguments, walks take\n"
+"the subtree shortcut (see ``walk``).");
+
+static PyObject *trie_tables(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *arrays[TRIE_ARRAYS] = {NULL};
+    if (!PyArg_ParseTuple(args, "OOOOO|OOOOO:trie_tables", &arrays[0], &arrays[1], &arrays[2], &arrays[3],
+                          &arrays[4], &arrays[5], &arrays[6], &arrays[7], &arrays[8], &arrays[9])) {
+        return NULL;
+    }
+    if (arrays[5] != NULL && arrays[9] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "trie_tables: the subtree tables are five arrays");
+        return NULL;
+    }
+    TrieTables *trie = (TrieTables *)calloc(1, sizeof(TrieTables));
+    if (trie == NULL) {
+        return PyErr_NoMemory();
+    }
+    /* node_byte, below_bytes and whole_characters are bytes; the others int32. */
+    static const char *const names[TRIE_ARRAYS] = {"child_start", "child_end", NULL, "token_start", "token_ids",
+                                                   NULL, "below_start", "below_end", "depth_first", NULL};
+    for (int i = 0; i < TRIE_ARRAYS && arrays[i] != NULL; i++) {
+        if ((names[i] != NULL ? get_int32_buffer(arrays[i], &trie->views[i], names[i])
+                              : PyObject_GetBuffer(arrays[i], &trie->views[i], PyBUF_SIMPLE)) < 0) {
+            trie_tables_free(trie);
+            return NULL;
+        }
+    }
+    Py_buffer *views = trie->views;
+    const Py_ssize_t num_nodes = views[0].len / (Py_ssize_t)sizeof(int32_t);
+    if (views[1].len != views[0].len || views[2].len != num_nodes ||
+        views[3].len != (num_nodes + 1) * (Py_ssize_t)sizeof(int32_t)) {
+        PyErr_SetString(PyExc_ValueError, "trie_tables: trie arrays of inconsistent lengths");
+        trie_tables_free(trie);
+        return NULL;
+    }
+    if (arrays[5] != NULL && (views[5].len != num_nodes * 32 || views[6].len != views[0].len ||
+                              views[7].len != views[0].len || views[8].len != views[4].len ||
+                              views[9].len != num_nodes)) {
+        PyErr_SetString(PyExc_ValueError, "trie_tables: subtree tables of inconsistent lengths");
+        trie_tables_free(trie);
+        return NULL;
+    }
+    trie->child_start = (const int32_t *)views[0].buf;
+    trie->child_end = (const int32_t *)views[1].buf;
+    trie->node_byte = (const uint8_t *)views[2].buf;
+    trie->token_start = (const int32_t *)views[3].buf;
+    trie->token_ids = (const int32_t *)views[4].buf;
+    trie->num_nodes = num_nodes;
+    trie->num_tokens = views[4].len / (Py_ssize_t)sizeof(int32_t);
+    if (arrays[5] != NULL) {
+        trie->below_bytes = (const uint64_t *)views[5].buf;
+        trie->below_start = (const int32_t *)views[6].buf;
+        trie->below_end = (const int32_t *)views[7].buf;
+        trie->depth_first = (const int32_t *)views[8].buf;
+        trie->whole_characters = (const uint8_t *)views[9].buf;
+    }
+    PyObject *capsule = PyCapsule_New(trie, TRIE_TABLES_NAME, trie_tables_destructor);
+    if (capsule == NULL) {
+        trie_tables_free(trie);
+    }
+    return capsule;
+}
+
 PyDoc_STRVAR(walk_doc,
-"walk(automaton, child_start, child_end, node_byte, token_start, token_ids, start_nodes, start_configs,\n"
-"     out_ids, out_ends[, below_bytes, below_start, below_end, depth_first, whole_characters],\n"
-"     *, report_starts=False, marks=None, out_words=None)\n"
+"walk(automaton, trie, start_nodes, start_configs, out_ids, out_ends, *, report_starts=False,\n"
+"     marks=None, out_words=None)\n"
 "\n"
-"Walk the token trie level by level below each (start node, start configuration),\n"
-"stepping ``automaton.transition_table`` (int32 rows of 256: -1 dead, -2 not computed,\n"
-"then computed through the automaton's native tables ``_native`` where they can, else\n"
-"asked of ``automaton.step``). The trie arrays are int32 except ``node_byte``\n"
-"(uint8). Tokens at the start nodes themselves are reported only with ``report_starts``\n"
-"(keyword only), ending at their start configurations. The token ids reached\n"
-"and the configuration after each are written to the writable int32 buffers ``out_ids``\n"
-"and ``out_ends``; returns how many (OverflowError when they hold too few).\n"
+"Walk the token trie (``trie_tables``) level by level below each (start node, start\n"
+"configuration), stepping ``automaton.transition_table`` (int32 rows of 256: -1 dead, -2 not\n"
+"computed, then computed through the automaton's native tables ``_native`` where they can,\n"
+"else asked of ``automaton.step``). Tokens at the start nodes themselves are reported only\n"
+"with ``report_starts``, ending at their start configurations. The token ids reached and\n"
+"the configuration after each are written to the writable int32 buffers ``out_ids`` and\n"
+"``out_ends``; returns how many (OverflowError when they hold too few).\n"
 "\n"
-"With the trie's ``subtree_tables`` (below_bytes, below_start, below_end, depth_first,\n"
-"whole_characters) as five more arguments, a node whose every byte below leads its\n"
-"configuration back to itself reports the tokens below it at once instead of walking\n"
-"them (in another order); so does a node whose tokens go on in whole characters, when\n"
-"every ASCII byte below and every multi-byte character lead back (``automaton.utf8_agrees``).\n"
+"With the trie's subtree tables, a node whose every byte below leads its configuration\n"
+"back to itself reports the tokens below it at once instead of walking them (in another\n"
+"order); so does a node whose tokens go on in whole characters, when every ASCII byte below\n"
+"and every multi-byte character lead back (``automaton.utf8_agrees``).\n"
 "\n"
 "With ``marks`` (uint8, one per trie node), the walk goes only where a node's mark is not 0,\n"
 "and reports tokens (and takes subtrees at once) only at nodes marked 2; a node marked 1 is\n"
 "passed through, its tokens left to the caller (a token group's members, known live).\n"
 "\n"
-"With ``out_words`` (a writable contiguous array of 32-bit words, keyword only), each token\n"
-"found has its bit set there (token i: bit ``i & 31`` of word ``i >> 5``) instead of being\n"
-"written to ``out_ids``/``out_ends`` (which may then be empty); the count returned is the\n"
-"same. A token id past the words is a ValueError.");
+"With ``out_words`` (a writable contiguous array of 32-bit words), each token found has its\n"
+"bit set there (token i: bit ``i & 31`` of word ``i >> 5``) instead of being written to\n"
+"``out_ids``/``out_ends`` (which may then be empty); the count returned is the same. A token\n"
+"id past the words is a ValueError.");
 
 static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *keywords[] = {"automaton", "child_start", "child_end", "node_byte", "token_start", "token_ids",
-                               "start_nodes", "start_configs", "out_ids", "out_ends", "below_bytes", "below_start",
-                               "below_end", "depth_first", "whole_characters", "report_starts", "marks", "out_words", NULL};
+    static char *keywords[] = {"automaton", "trie", "start_nodes", "start_configs", "out_ids", "out_ends",
+                               "report_starts", "marks", "out_words", NULL};
     int report_starts = 0;
-    PyObject *automaton, *child_start_obj, *child_end_obj, *node_byte_obj, *token_start_obj, *token_ids_obj;
-    PyObject *start_nodes_obj, *start_configs_obj;
-    PyObject *below_bytes_obj = NULL, *below_start_obj = NULL, *below_end_obj = NULL, *depth_first_obj = NULL;
-    PyObject *whole_characters_obj = NULL, *marks_obj = Py_None, *out_words_obj = Py_None;
+    PyObject *automaton, *trie_obj, *start_nodes_obj, *start_configs_obj;
+    PyObject *marks_obj = Py_None, *out_words_obj = Py_None;
     Py_buffer out_ids = {0}, out_ends = {0}, out_words = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOOw*w*|OOOOO$pOO:walk", keywords, &automaton, &child_start_obj,
-                                     &child_end_obj, &node_byte_obj, &token_start_obj, &token_ids_obj,
-                                     &start_nodes_obj, &start_configs_obj, &out_ids, &out_ends, &below_bytes_obj,
-                                     &below_start_obj, &below_end_obj, &depth_first_obj, &whole_characters_obj,
-                                     &report_starts, &marks_obj, &out_words_obj)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOw*w*|$pOO:walk", keywords, &automaton, &trie_obj,
+                                     &start_nodes_obj, &start_configs_obj, &out_ids, &out_ends, &report_starts,
+                                     &marks_obj, &out_words_obj)) {
+        return NULL;
+    }
+    const TrieTables *trie = (const TrieTables *)PyCapsule_GetPointer(trie_obj, TRIE_TABLES_NAME);
+    if (trie == NULL) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "walk: trie must be what trie_tables returns");
+        PyBuffer_Release(&out_ids);
+        PyBuffer_Release(&out_ends);
         return NULL;
     }
     Stepper stepper = {0};
-    Py_buffer child_start_view = {0}, child_end_view = {0}, node_byte_view = {0};
-    Py_buffer token_start_view = {0}, token_ids_view = {0}, start_nodes_view = {0}, start_configs_view = {0};
-    Py_buffer below_bytes_view = {0}, below_start_view = {0}, below_end_view = {0}, depth_first_view = {0};
-    Py_buffer whole_characters_view = {0}, marks_view = {0};
-    IntList frontier_nodes = {0}, frontier_configs = {0}, next_nodes = {0}, next_configs = {0};
-    LoopCache loop_cache = {0};
+    Py_buffer start_nodes_view = {0}, start_configs_view = {0}, marks_view = {0};
+    int scratch_kept;
+    WalkScratch scratch = walk_scratch_take(&scratch_kept);
+    IntList frontier_nodes = scratch.frontier_nodes, frontier_configs = scratch.frontier_configs;
+    IntList next_nodes = scratch.next_nodes, next_configs = scratch.next_configs;
+    LoopCache loop_cache = scratch.loop_cache;
     PyObject *result = NULL;
 
-    if (get_int32_buffer(child_start_obj, &child_start_view, "child_start") < 0 ||
-        get_int32_buffer(child_end_obj, &child_end_view, "child_end") < 0 ||
-        PyObject_GetBuffer(node_byte_obj, &node_byte_view, PyBUF_SIMPLE) < 0 ||
-        get_int32_buffer(token_start_obj, &token_start_view, "token_start") < 0 ||
-        get_int32_buffer(token_ids_obj, &token_ids_view, "token_ids") < 0 ||
-        get_int32_buffer(start_nodes_obj, &start_nodes_view, "start_nodes") < 0 ||
+    if (get_int32_buffer(start_nodes_obj, &start_nodes_view, "start_nodes") < 0 ||
         get_int32_buffer(start_configs_obj, &start_configs_view, "start_configs") < 0 ||
         stepper_open(&stepper, automaton) < 0) {
         goto done;
     }
-    const int32_t *child_start = (const int32_t *)child_start_view.buf;
-    const int32_t *child_end = (const int32_t *)child_end_view.buf;
-    const uint8_t *node_byte = (const uint8_t *)node_byte_view.buf;
-    const int32_t *token_start = (const int32_t *)token_start_view.buf;
-    const int32_t *token_ids = (const int32_t *)token_ids_view.buf;
-    const Py_ssize_t num_nodes = child_start_view.len / (Py_ssize_t)sizeof(int32_t);
-    const Py_ssize_t num_tokens = token_ids_view.len / (Py_ssize_t)sizeof(int32_t);
+    const int32_t *child_start = trie->child_start;
+    const int32_t *child_end = trie->child_end;
+    const uint8_t *node_byte = trie->node_byte;
+    const int32_t *token_start = trie->token_start;
+    const int32_t *token_ids = trie->token_ids;
+    const Py_ssize_t num_nodes = trie->num_nodes;
+    const Py_ssize_t num_tokens = trie->num_tokens;
     const Py_ssize_t num_starts = start_nodes_view.len / (Py_ssize_t)sizeof(int32_t);
     WalkOutput output = {(int32_t *)out_ids.buf, (int32_t *)out_ends.buf, 0,
                          (out_ids.len < out_ends.len ? out_ids.len : out_ends.len) / (Py_ssize_t)sizeof(int32_t),
@@ -434,43 +597,16 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
         output.words = (uint32_t *)out_words.buf;
         output.num_words = out_words.len / 4;
     }
-    if (child_end_view.len != child_start_view.len || node_byte_view.len != num_nodes ||
-        token_start_view.len != (num_nodes + 1) * (Py_ssize_t)sizeof(int32_t) ||
-        start_configs_view.len != start_nodes_view.len) {
-        PyErr_SetString(PyExc_ValueError, "walk: trie or start arrays of inconsistent lengths");
+    if (start_configs_view.len != start_nodes_view.len) {
+        PyErr_SetString(PyExc_ValueError, "walk: start arrays of inconsistent lengths");
         goto done;
     }
     const int32_t *start_nodes = (const int32_t *)start_nodes_view.buf;
     const int32_t *start_configs = (const int32_t *)start_configs_view.buf;
-    /* The subtree shortcut, when its tables are given. */
-    const uint64_t *below_bytes = NULL;
-    const int32_t *below_start = NULL, *below_end = NULL, *depth_first = NULL;
-    const uint8_t *whole_characters = NULL;
-    if (below_bytes_obj != NULL) {
-        if (below_start_obj == NULL || below_end_obj == NULL || depth_first_obj == NULL ||
-            whole_characters_obj == NULL) {
-            PyErr_SetString(PyExc_TypeError, "walk: the subtree tables are five arrays");
-            goto done;
-        }
-        if (PyObject_GetBuffer(below_bytes_obj, &below_bytes_view, PyBUF_SIMPLE) < 0 ||
-            get_int32_buffer(below_start_obj, &below_start_view, "below_start") < 0 ||
-            get_int32_buffer(below_end_obj, &below_end_view, "below_end") < 0 ||
-            get_int32_buffer(depth_first_obj, &depth_first_view, "depth_first") < 0 ||
-            PyObject_GetBuffer(whole_characters_obj, &whole_characters_view, PyBUF_SIMPLE) < 0) {
-            goto done;
-        }
-        if (below_bytes_view.len != num_nodes * 32 || below_start_view.len != child_start_view.len ||
-            below_end_view.len != child_start_view.len || depth_first_view.len != token_ids_view.len ||
-            whole_characters_view.len != num_nodes) {
-            PyErr_SetString(PyExc_ValueError, "walk: subtree tables of inconsistent lengths");
-            goto done;
-        }
-        below_bytes = (const uint64_t *)below_bytes_view.buf;
-        below_start = (const int32_t *)below_start_view.buf;
-        below_end = (const int32_t *)below_end_view.buf;
-        depth_first = (const int32_t *)depth_first_view.buf;
-        whole_characters = (const uint8_t *)whole_characters_view.buf;
-    }
+    /* The subtree shortcut, when the trie has its tables. */
+    const uint64_t *below_bytes = trie->below_bytes;
+    const int32_t *below_start = trie->below_start, *below_end = trie->below_end, *depth_first = trie->depth_first;
+    const uint8_t *whole_characters = trie->whole_characters;
     const uint8_t *marks = NULL;
     if (marks_obj != Py_None) {
         if (PyObject_GetBuffer(marks_obj, &marks_view, PyBUF_SIMPLE) < 0) {
@@ -596,20 +732,14 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 done:
     stepper_close(&stepper);
-    Py_buffer *views[] = {&child_start_view, &child_end_view, &node_byte_view,
-                          &token_start_view, &token_ids_view, &start_nodes_view, &start_configs_view,
-                          &out_ids, &out_ends, &below_bytes_view, &below_start_view, &below_end_view,
-                          &depth_first_view, &whole_characters_view, &marks_view, &out_words};
+    Py_buffer *views[] = {&start_nodes_view, &start_configs_view, &out_ids, &out_ends, &marks_view, &out_words};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
         if (views[i]->obj != NULL) {
             PyBuffer_Release(views[i]);
         }
     }
-    int_list_free(&frontier_nodes);
-    int_list_free(&frontier_configs);
-    int_list_free(&next_nodes);
-    int_list_free(&next_configs);
-    free(loop_cache.slots);
+    scratch = (WalkScratch){frontier_nodes, frontier_configs, next_nodes, next_configs, loop_cache};
+    walk_scratch_give(&scratch, scratch_kept);
     return result;
 }
 
@@ -1085,6 +1215,7 @@ done:
 }
 
 static PyMethodDef native_methods[] = {
+    {"trie_tables", trie_tables, METH_VARARGS, trie_tables_doc},
     {"walk", (PyCFunction)(void (*)(void))walk, METH_VARARGS | METH_KEYWORDS, walk_doc},
     {"run_tails", run_tails, METH_VARARGS, run_tails_doc},
     {"live_exits", live_exits, METH_VARARGS, live_exits_doc},

@@ -1385,11 +1385,9 @@ class Matcher(MatcherBase):
     def _native_trie_walk(self, nodes, configs, out_ids: np.ndarray, out_ends: np.ndarray, **options) -> int:
         """``native.walk`` over this vocabulary's trie (with its subtree tables) below
         ``nodes`` from ``configs``; ``options`` are its keyword arguments."""
-        trie = self.vocab.trie
         return native.walk(
-            self.automaton, trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids,
-            np.ascontiguousarray(nodes, dtype=np.int32), np.ascontiguousarray(configs, dtype=np.int32),
-            out_ids, out_ends, *trie.subtree_tables, **options,
+            self.automaton, self.vocab.trie.native_tables, np.ascontiguousarray(nodes, dtype=np.int32),
+            np.ascontiguousarray(configs, dtype=np.int32), out_ids, out_ends, **options,
         )
 
     def _walk_sparse(self, nodes: np.ndarray, configs: np.ndarray, id_parts: list, end_parts: list):

@@ -1,6 +1,6 @@
 """The optional native code (``_native*.c``) and whether this install has it.
 
-``walk`` is the matcher's trie walk, ``run_tails`` and ``live_exits`` the token groups'
+``walk`` is the matcher's trie walk (over a trie as ``trie_tables`` holds it), ``run_tails`` and ``live_exits`` the token groups'
 exit paths, ``successor_stats`` how a configuration's ASCII successors fall by token
 group, ``product_moves`` an intersection's moves from one state, ``set_bits`` the packing of token ids into mask words and ``bit_ids`` its undoing; ``states`` the automaton's
 closure, row scan and interning (``nfa_tables``, ``close``, ``plain_scans``, ``frozen``,
@@ -31,6 +31,7 @@ except ImportError:  # built without a C compiler, or from a source tree never i
 
 AVAILABLE = _native is not None and os.environ.get("SURECALL_NATIVE", "1") != "0"
 walk = _native.walk if AVAILABLE else None
+trie_tables = _native.trie_tables if AVAILABLE else None
 run_tails = _native.run_tails if AVAILABLE else None
 live_exits = _native.live_exits if AVAILABLE else None
 set_bits = _native.set_bits if AVAILABLE else None

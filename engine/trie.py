@@ -70,8 +70,8 @@ class TokenTrie:
     """
 
     __slots__ = _ARRAY_FIELDS + (
-        "_byte_blob", "_node_has_tokens", "token_nodes", "_first_bytes", "_subtree_tables", "_path_ascii",
-        "_root_children", "__weakref__",
+        "_byte_blob", "_node_has_tokens", "token_nodes", "_first_bytes", "_subtree_tables", "_native_tables",
+        "_path_ascii", "_root_children", "__weakref__",
     )
 
     def __init__(self, **arrays: np.ndarray) -> None:
@@ -86,6 +86,7 @@ class TokenTrie:
         self.token_nodes = np.repeat(np.arange(len(self.parent), dtype=np.int32), counts)
         self._first_bytes: np.ndarray | None = None
         self._subtree_tables: tuple | None = None
+        self._native_tables = None
         self._path_ascii: tuple | None = None
         self._root_children: np.ndarray | None = None
 
@@ -240,6 +241,16 @@ class TokenTrie:
         if self._subtree_tables is None:
             self._subtree_tables = self._make_subtree_tables()
         return self._subtree_tables
+
+    @property
+    def native_tables(self):
+        """The trie as the native walk reads it (``native.trie_tables`` of its arrays and
+        ``subtree_tables``), made on first use; None without the native extension."""
+        if self._native_tables is None and native.trie_tables is not None:
+            self._native_tables = native.trie_tables(
+                self.child_start, self.child_end, self.byte, self.token_start, self.token_ids, *self.subtree_tables
+            )
+        return self._native_tables
 
     def _make_subtree_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         num_nodes = self.num_nodes

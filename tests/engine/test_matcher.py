@@ -101,7 +101,8 @@ def test_native_walk_passes_on_errors_of_the_automaton(vocab):
 def test_native_walk_rejects_malformed_arguments(vocab):
     automaton = doubles.LazyTableAutomaton({0: dict.fromkeys(range(256), 0)}, {0})  # any bytes
     trie = vocab.trie
-    args = [automaton, trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids]
+    arrays = [trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids]
+    args = [automaton, native.trie_tables(*arrays)]
     room = len(trie.token_ids)
     out = [np.empty(room, dtype=np.int32), np.empty(room, dtype=np.int32)]
     with pytest.raises(ValueError, match="out of range"):
@@ -110,24 +111,30 @@ def test_native_walk_rejects_malformed_arguments(vocab):
         native.walk(*args, np.array([0, 0], dtype=np.int32), np.array([0], dtype=np.int32), *out)
     with pytest.raises(ValueError, match="int32"):
         native.walk(*args, np.array([0], dtype=np.int8), np.array([0], dtype=np.int32), *out)
+    # The trie is what ``trie_tables`` makes of its arrays, checked there once.
+    root = np.array([0], dtype=np.int32)
+    with pytest.raises(TypeError, match="trie_tables"):
+        native.walk(automaton, arrays[0], root, root, *out)
+    with pytest.raises(ValueError, match="trie arrays of inconsistent lengths"):
+        native.trie_tables(trie.child_start, trie.child_end[:-1], *arrays[2:])
+    with pytest.raises(ValueError, match="token_ids is not an array of int32"):
+        native.trie_tables(*arrays[:4], np.zeros(5, dtype=np.uint8))
     # The root twice reports every token twice: more than the output arrays hold.
     twice = np.array([0, 0], dtype=np.int32)
     with pytest.raises(OverflowError):
         native.walk(*args, twice, twice, *out)
     found = native.walk(*args, twice, twice, np.empty(2 * room, dtype=np.int32), np.empty(2 * room, dtype=np.int32))
     assert found == 2 * len(trie.token_ids)
-    root = np.array([0], dtype=np.int32)
     below_bytes, below_start, below_end, depth_first, whole_characters = trie.subtree_tables
     with pytest.raises(TypeError, match="five arrays"):
-        native.walk(*args, root, root, *out, below_bytes, below_start, below_end, depth_first)
+        native.trie_tables(*arrays, below_bytes, below_start, below_end, depth_first)
     with pytest.raises(ValueError, match="subtree tables of inconsistent lengths"):
-        native.walk(*args, root, root, *out, below_bytes[:-1], below_start, below_end, depth_first, whole_characters)
+        native.trie_tables(*arrays, below_bytes[:-1], below_start, below_end, depth_first, whole_characters)
     with pytest.raises(ValueError, match="subtree tables of inconsistent lengths"):
-        native.walk(*args, root, root, *out, below_bytes, below_start, below_end, depth_first,
-                    whole_characters.astype(np.int32))
+        native.trie_tables(*arrays, below_bytes, below_start, below_end, depth_first, whole_characters.astype(np.int32))
     # Every byte loops on the only state: the root's children take their subtrees whole.
-    assert native.walk(*args, root, root, *out, *trie.subtree_tables) == len(trie.token_ids)
-    assert sorted(out[0][: len(trie.token_ids)].tolist()) == sorted(trie.token_ids.tolist())
+    assert native.walk(automaton, native.trie_tables(*arrays, *trie.subtree_tables), root, root, *out) == room
+    assert sorted(out[0][:room].tolist()) == sorted(trie.token_ids.tolist())
     with pytest.raises(ValueError, match="one byte per trie node"):
         native.walk(*args, root, root, *out, marks=np.ones(trie.num_nodes - 1, dtype=np.uint8))
     # Marks: nothing below a 0, no tokens at a 1 (passed through), a 2's tokens reported.
@@ -220,9 +227,11 @@ def test_native_walk_taking_whole_subtrees_finds_what_the_plain_walk_finds(piece
         automaton = doubles.LazyTableAutomaton(edges, {0})
         room = len(trie.token_ids)
         ids, ends = np.empty(room, dtype=np.int32), np.empty(room, dtype=np.int32)
+        trie_tables = native.trie_tables(
+            trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids, *tables
+        )
         count = native.walk(
-            automaton, trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids,
-            np.array([0], dtype=np.int32), np.array([start], dtype=np.int32), ids, ends, *tables,
+            automaton, trie_tables, np.array([0], dtype=np.int32), np.array([start], dtype=np.int32), ids, ends
         )
         found[len(tables)] = sorted(zip(ids[:count].tolist(), ends[:count].tolist()))
     reference = doubles.TableAutomaton(edges, {0})
@@ -1145,8 +1154,8 @@ def test_native_walk_reports_the_tokens_at_its_starts_when_asked(pieces, loops, 
         room = 2 * len(starts) * len(trie.token_ids)
         ids, ends = np.empty(room, dtype=np.int32), np.empty(room, dtype=np.int32)
         count = native.walk(
-            doubles.LazyTableAutomaton(edges, {0}), trie.child_start, trie.child_end, trie.byte, trie.token_start,
-            trie.token_ids, nodes, configs, ids, ends, *trie.subtree_tables, report_starts=report_starts,
+            doubles.LazyTableAutomaton(edges, {0}), trie.native_tables, nodes, configs, ids, ends,
+            report_starts=report_starts,
         )
         found[report_starts] = sorted(zip(ids[:count].tolist(), ends[:count].tolist()))
     at_starts, owner = trie.tokens_at_nodes(nodes)
