@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 # (module, attribute path, what it is): surecall functions whose time inside steps is reported.
 PHASES = (
     ("surecall.engine.matcher", "Matcher.advance", "advance (state after the token, can it go on)"),
-    ("surecall.engine.matcher", "Matcher._walk_all", "new masks (everything below)"),
+    ("surecall.engine.matcher", "Matcher._new_entry", "new masks (everything below)"),
     ("surecall.engine.native", "walk", "native trie walks (with the states they build)"),
     ("surecall.engine.matcher", "Matcher._chain_group", "choosing a token group"),
     ("surecall.engine.token_groups", "TokenGroup.exits_from", "a group's exit paths"),
@@ -184,15 +184,17 @@ def recorded_walk_paths():
         yield []
         return
     paths: list[str] = []
-    walk_all, walk_from_root = vars(Matcher)["_walk_all"], vars(Matcher)["_walk_from_root"]
+    new_entry, walk_from_root = vars(Matcher)["_new_entry"], vars(Matcher)["_walk_from_root"]
     from_root = [False]
 
-    def noted_walk_all(self, config, *args, **kwargs):
+    def noted_new_entry(self, config, *args, **kwargs):
         outer = from_root[0]
         from_root[0] = False
         try:
-            found = walk_all(self, config, *args, **kwargs)
-            paths.append(walk_path(self, config, from_root[0]))
+            found = new_entry(self, config, *args, **kwargs)
+            # A mask one walk makes whole (``_whole_walk_bits``) comes down a forced byte, or
+            # from the root with no group chosen.
+            paths.append(walk_path(self, config, from_root[0] or self._only_next_byte(config) < 0))
             return found
         finally:
             from_root[0] = outer
@@ -201,11 +203,11 @@ def recorded_walk_paths():
         from_root[0] = True
         return walk_from_root(self, *args, **kwargs)
 
-    Matcher._walk_all, Matcher._walk_from_root = noted_walk_all, noted_walk_from_root
+    Matcher._new_entry, Matcher._walk_from_root = noted_new_entry, noted_walk_from_root
     try:
         yield paths
     finally:
-        Matcher._walk_all, Matcher._walk_from_root = walk_all, walk_from_root
+        Matcher._new_entry, Matcher._walk_from_root = new_entry, walk_from_root
 
 
 @dataclass
