@@ -282,8 +282,10 @@ typedef struct {
 static WalkScratch kept_scratch;
 static int kept_scratch_busy;
 
-/* Past this many entries a list or loop cache is not kept for the next walk. */
+/* Past this many entries a list is not kept for the next walk; past this many slots, a loop
+ * cache (which the next walk empties slot by slot). */
 #define KEPT_SCRATCH_ROOM 65536
+#define KEPT_LOOP_SLOTS 1024
 
 /* The scratch a walk starts with: the kept one, emptied, when free, else a fresh one. */
 static WalkScratch walk_scratch_take(int *kept) {
@@ -327,7 +329,7 @@ static void walk_scratch_give(WalkScratch *scratch, int kept) {
     int_list_keep_or_free(&scratch->frontier_configs, &kept_scratch.frontier_configs);
     int_list_keep_or_free(&scratch->next_nodes, &kept_scratch.next_nodes);
     int_list_keep_or_free(&scratch->next_configs, &kept_scratch.next_configs);
-    if (scratch->loop_cache.capacity > KEPT_SCRATCH_ROOM) {
+    if (scratch->loop_cache.capacity > KEPT_LOOP_SLOTS) {
         free(scratch->loop_cache.slots);
         scratch->loop_cache = (LoopCache){0};
     }
