@@ -2785,11 +2785,10 @@ class ByteAutomaton:
     def only_next_byte(self, config: int) -> int:
         """The byte, if there is exactly one, that leads ``config`` to a live configuration;
         else -1. Two live ASCII bytes answer without computing the rest of the row."""
-        if config < 0 or self.live_ascii_count(config) > 1:
-            return -1
         found = self._only_next.get(config)
         if found is None:
-            found = self._only_next[config] = self._find_only_next_byte(config)
+            several = config < 0 or self.live_ascii_count(config) > 1
+            found = self._only_next[config] = -1 if several else self._find_only_next_byte(config)
         return found
 
     def _find_only_next_byte(self, config: int) -> int:

@@ -817,6 +817,8 @@ class Matcher(MatcherBase):
         # Where nothing reads a token's configuration (no budget; ``_entry`` walks ends for
         # token hooks), a mask one native walk makes keeps its bits alone.
         self._bits_walk = max_tokens is None and native.walk is not None and hasattr(automaton, "transition_table")
+        # Asked at every new mask (``_only_next_byte``): looked up once.
+        self._automaton_only_next_byte = getattr(automaton, "only_next_byte", None)
         self._check_memo: tuple | None = None
         self._check_mask_memo: list | None = None
         self._partials_bounded: bool | None = None
@@ -1085,7 +1087,7 @@ class Matcher(MatcherBase):
 
     def _only_next_byte(self, config: int) -> int:
         """The one byte that leads ``config`` somewhere live, -1 when there are none or several."""
-        only_next_byte = getattr(self.automaton, "only_next_byte", None)
+        only_next_byte = self._automaton_only_next_byte
         if only_next_byte is not None:
             return only_next_byte(config)
         following = self.automaton.next_bytes(config)
