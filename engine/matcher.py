@@ -816,7 +816,7 @@ class Matcher(MatcherBase):
         self._lean_step = getattr(automaton, "step_bytes", None) if lean else None
         # Where nothing reads a token's configuration (no budget; ``_entry`` walks ends for
         # token hooks), a mask one native walk makes keeps its bits alone.
-        self._bits_walk = max_tokens is None and native.walk is not None and hasattr(automaton, "transition_table")
+        self._bits_walk = max_tokens is None and self._native_walk_applies()
         # Asked at every new mask (``_only_next_byte``): looked up once.
         self._automaton_only_next_byte = getattr(automaton, "only_next_byte", None)
         self._check_memo: tuple | None = None
