@@ -368,13 +368,16 @@ class MaskEntry:
         total = self.words.nbytes + self._found_ids.nbytes + 96
         if isinstance(self._found_ends, np.ndarray):
             total += self._found_ends.nbytes
-        if self._base is not None and isinstance(self._base[2], tuple):
-            total += self._base[2][0].nbytes  # the group's ids, words and counts are shared, its states are not
-        if self.unwalked is not None and self.unwalked.reach is not None:
-            total += self.unwalked.reach.nbytes
-        for cached in (self._ids, self._ends, self.end_costs, *(self.end_table or ())):
-            if cached is not None:
-                total += cached.nbytes
+        member_ends = None if self._base is None else self._base[2]
+        if isinstance(member_ends, tuple):
+            total += member_ends[0].nbytes  # the group's ids, words and counts are shared, its states are not
+        elif isinstance(member_ends, UnwalkedEnds) and member_ends.reach is not None:
+            total += member_ends.reach.nbytes
+        # Counted when stored, most entries have made nothing on demand yet.
+        if self._ids is not None or self._ends is not None or self.end_costs is not None or self.end_table:
+            for cached in (self._ids, self._ends, self.end_costs, *(self.end_table or ())):
+                if cached is not None:
+                    total += cached.nbytes
         for part in self._deferred or ():
             total += part.nbytes
         return total
@@ -1375,7 +1378,11 @@ class Matcher(MatcherBase):
         """The packed words of the tokens allowed at ``config``, walked natively from the
         root without keeping where each leads (``native.walk``'s ``out_words``)."""
         words = np.zeros(words_for(self.vocab.size), dtype=np.uint32)
-        self._walk_native_into(words, _ROOT_NODE, np.array([config], dtype=np.int32))
+        # Most masks are walked here: ``_native_trie_walk``'s layers and checks left out.
+        native.walk(
+            self.automaton, self.vocab.trie.native_tables, _ROOT_NODE, np.array([config], dtype=np.int32),
+            _NO_OUTPUT, _NO_OUTPUT, out_words=words,
+        )
         return words
 
     def _walk_native_into(self, words: np.ndarray, nodes: np.ndarray, configs: np.ndarray, *,

@@ -125,6 +125,7 @@ class TokenGroup:
         self._top = int(self.member_ids[-1]) + 1 if self.member_count else 0
         self.member_words = pack_ids(self.member_ids, self._top)
         self._first_bytes: tuple | None = None
+        self._partial_first: np.ndarray | None = None
         self._words_without: dict[bytes, np.ndarray] = {}
         self._partials_without: dict[bytes, tuple] = {}
         self._words_by_first: dict[int, np.ndarray] = {}
@@ -436,7 +437,7 @@ class TokenGroup:
         token_configs = partial_configs[partial_owner] if len(partial_ids) else partial_configs[:0]
         partial_live = token_configs != DEAD
         if skipped is not None and len(partial_ids):
-            partial_live &= ~skipped[self.first_bytes(trie)[2]][partial_owner]
+            partial_live &= ~skipped[self._partial_token_first_bytes(trie)]
         deferred = None
         if deferred_tails is not None:
             returned_configs = token_configs[partial_live]
@@ -471,7 +472,7 @@ class TokenGroup:
         key = _byte_key(skip_first)
         found = self._partials_without.get(key)
         if found is None:
-            live = ~skipped[self.first_bytes(trie)[2]][self.partial_owner]
+            live = ~skipped[self._partial_token_first_bytes(trie)]
             ids = _read_only(self.partial_ids[live])
             found = (
                 ids, _read_only(np.full(len(ids), DEFERRED, dtype=np.int32)),
@@ -479,6 +480,12 @@ class TokenGroup:
             )
             _keep_for_byte_set(self._partials_without, key, found)
         return found
+
+    def _partial_token_first_bytes(self, trie: TokenTrie) -> np.ndarray:
+        """The first byte of each partial token (``partial_ids``' order)."""
+        if self._partial_first is None:
+            self._partial_first = self.first_bytes(trie)[2][self.partial_owner]
+        return self._partial_first
 
     def _live_exits(
         self, automaton, config: int, chain: np.ndarray | None, skipped: np.ndarray | None, trie: TokenTrie | None
