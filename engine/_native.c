@@ -516,6 +516,141 @@ static PyObject *trie_tables(PyObject *self, PyObject *args) {
     return capsule;
 }
 
+/* A token group's exits as ``walk`` reads them (``group_exits``): per exit, its trie node,
+ * the characters before it (which start it begins from along a chain), its tail (up to 4
+ * bytes after those characters) and the first byte of its token path. */
+#define EXIT_ARRAYS 5
+typedef struct {
+    Py_buffer views[EXIT_ARRAYS];
+    const int32_t *nodes, *start_of, *lengths;
+    const uint8_t *tails, *first;
+    Py_ssize_t count;
+} GroupExits;
+
+static const char *const GROUP_EXITS_NAME = "surecall._native.group_exits";
+
+static void group_exits_free(GroupExits *exits) {
+    for (int i = 0; i < EXIT_ARRAYS; i++) {
+        if (exits->views[i].obj != NULL) {
+            PyBuffer_Release(&exits->views[i]);
+        }
+    }
+    free(exits);
+}
+
+static void group_exits_destructor(PyObject *capsule) {
+    group_exits_free((GroupExits *)PyCapsule_GetPointer(capsule, GROUP_EXITS_NAME));
+}
+
+PyDoc_STRVAR(group_exits_doc,
+"group_exits(nodes, start_of, tails, lengths, first_bytes)\n"
+"\n"
+"A token group's exits as ``walk`` reads them (its ``exits`` argument): an opaque object\n"
+"holding views of the arrays, checked once. Per exit: its trie node, the index of the start\n"
+"it steps from (int32 each), its tail (uint8, 4 per exit) of ``lengths[i]`` bytes (int32)\n"
+"and the first byte of its token path (uint8), as ``live_exits`` takes them.");
+
+static PyObject *group_exits(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *arrays[EXIT_ARRAYS];
+    if (!PyArg_ParseTuple(args, "OOOOO:group_exits", &arrays[0], &arrays[1], &arrays[2], &arrays[3], &arrays[4])) {
+        return NULL;
+    }
+    GroupExits *exits = (GroupExits *)calloc(1, sizeof(GroupExits));
+    if (exits == NULL) {
+        return PyErr_NoMemory();
+    }
+    /* tails and first_bytes are bytes; the others int32. */
+    static const char *const names[EXIT_ARRAYS] = {"nodes", "start_of", NULL, "lengths", NULL};
+    for (int i = 0; i < EXIT_ARRAYS; i++) {
+        if ((names[i] != NULL ? get_int32_buffer(arrays[i], &exits->views[i], names[i])
+                              : PyObject_GetBuffer(arrays[i], &exits->views[i], PyBUF_SIMPLE)) < 0) {
+            group_exits_free(exits);
+            return NULL;
+        }
+    }
+    Py_buffer *views = exits->views;
+    const Py_ssize_t count = views[0].len / (Py_ssize_t)sizeof(int32_t);
+    if (views[1].len != views[0].len || views[2].len != count * 4 || views[3].len != views[0].len ||
+        views[4].len != count) {
+        PyErr_SetString(PyExc_ValueError, "group_exits: arrays of inconsistent lengths");
+        group_exits_free(exits);
+        return NULL;
+    }
+    exits->nodes = (const int32_t *)views[0].buf;
+    exits->start_of = (const int32_t *)views[1].buf;
+    exits->tails = (const uint8_t *)views[2].buf;
+    exits->lengths = (const int32_t *)views[3].buf;
+    exits->first = (const uint8_t *)views[4].buf;
+    exits->count = count;
+    PyObject *capsule = PyCapsule_New(exits, GROUP_EXITS_NAME, group_exits_destructor);
+    if (capsule == NULL) {
+        group_exits_free(exits);
+    }
+    return capsule;
+}
+
+static int32_t run_tail(Stepper *stepper, int32_t config, const uint8_t *tail, int32_t length, const char *function);
+
+/* A start of ``walk`` below ``node`` from ``config``, its tokens reported if ``report``;
+ * -1 with an exception set when either is out of range or memory runs out. */
+static int add_start(const TrieTables *trie, const Stepper *stepper, int32_t node, int32_t config, int report,
+                     IntList *nodes, IntList *configs, WalkOutput *output) {
+    if (node < 0 || node >= trie->num_nodes || config < 0 || config >= stepper->num_rows) {
+        PyErr_SetString(PyExc_ValueError, "walk: start node or configuration out of range");
+        return -1;
+    }
+    if (report && report_tokens(trie->token_ids, trie->token_start[node], trie->token_start[node + 1],
+                                trie->num_tokens, config, output) < 0) {
+        return -1;
+    }
+    if (MAKE_ROOM(*nodes, 1) < 0 || MAKE_ROOM(*configs, 1) < 0) {
+        return -1;
+    }
+    nodes->data[nodes->size++] = node;
+    configs->data[configs->size++] = config;
+    return 0;
+}
+
+/* ``walk``'s starts where a token group leaves off: its exits live from ``starts`` (one, or
+ * one per character count) but those whose first byte is flagged in ``excepted``, and the
+ * root's children by the ``excepted`` bytes live from ``starts[0]``. */
+static int add_group_starts(const TrieTables *trie, Stepper *stepper, const GroupExits *exits,
+                            const int32_t *starts, Py_ssize_t num_starts, const uint8_t excepted[256],
+                            IntList *nodes, IntList *configs, WalkOutput *output) {
+    for (Py_ssize_t i = 0; i < exits->count; i++) {
+        if (excepted[exits->first[i]]) {
+            continue;
+        }
+        const Py_ssize_t which = num_starts == 1 ? 0 : exits->start_of[i];
+        if (which < 0 || which >= num_starts) {
+            PyErr_SetString(PyExc_ValueError, "walk: an exit's start index out of range");
+            return -1;
+        }
+        const int32_t after = run_tail(stepper, starts[which], exits->tails + i * 4, exits->lengths[i], "walk");
+        if (after == UNKNOWN) {
+            return -1;
+        }
+        if (after != DEAD && add_start(trie, stepper, exits->nodes[i], after, 1, nodes, configs, output) < 0) {
+            return -1;
+        }
+    }
+    for (int32_t child = trie->child_start[0]; child < trie->child_end[0]; child++) {
+        const uint8_t value = trie->node_byte[child];
+        if (!excepted[value]) {
+            continue;
+        }
+        const int32_t after = run_tail(stepper, starts[0], &value, 1, "walk");
+        if (after == UNKNOWN) {
+            return -1;
+        }
+        if (after != DEAD && add_start(trie, stepper, child, after, 1, nodes, configs, output) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(walk_doc,
 "walk(automaton, trie, start_nodes, start_configs, out_ids, out_ends, *, report_starts=False,\n"
 "     marks=None, out_words=None)\n"
@@ -540,19 +675,27 @@ PyDoc_STRVAR(walk_doc,
 "With ``out_words`` (a writable contiguous array of 32-bit words), each token found has its\n"
 "bit set there (token i: bit ``i & 31`` of word ``i >> 5``) instead of being written to\n"
 "``out_ids``/``out_ends`` (which may then be empty); the count returned is the same. A token\n"
-"id past the words is a ValueError.");
+"id past the words is a ValueError.\n"
+"\n"
+"With ``exits`` (``group_exits``: a token group's) and ``exit_starts`` (int32: the\n"
+"configuration after 0, 1, ... characters of the group, or one for all), the walk also\n"
+"starts where tokens leave the group: at each exit live from its start, and, for each byte\n"
+"of ``excepted`` (uint8: first bytes whose characters leave the group at once), at the\n"
+"root's child by it, live from ``exit_starts[0]``; exits whose token path starts with an\n"
+"excepted byte are left out. The tokens at these starts are reported too.");
 
 static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"automaton", "trie", "start_nodes", "start_configs", "out_ids", "out_ends",
-                               "report_starts", "marks", "out_words", NULL};
+                               "report_starts", "marks", "out_words", "exits", "exit_starts", "excepted", NULL};
     int report_starts = 0;
     PyObject *automaton, *trie_obj, *start_nodes_obj, *start_configs_obj;
     PyObject *marks_obj = Py_None, *out_words_obj = Py_None;
+    PyObject *exits_obj = Py_None, *exit_starts_obj = Py_None, *excepted_obj = Py_None;
     Py_buffer out_ids = {0}, out_ends = {0}, out_words = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOw*w*|$pOO:walk", keywords, &automaton, &trie_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOw*w*|$pOOOOO:walk", keywords, &automaton, &trie_obj,
                                      &start_nodes_obj, &start_configs_obj, &out_ids, &out_ends, &report_starts,
-                                     &marks_obj, &out_words_obj)) {
+                                     &marks_obj, &out_words_obj, &exits_obj, &exit_starts_obj, &excepted_obj)) {
         return NULL;
     }
     const TrieTables *trie = (const TrieTables *)PyCapsule_GetPointer(trie_obj, TRIE_TABLES_NAME);
@@ -565,6 +708,7 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     Stepper stepper = {0};
     Py_buffer start_nodes_view = {0}, start_configs_view = {0}, marks_view = {0};
+    Py_buffer exit_starts_view = {0}, excepted_view = {0};
     int scratch_kept;
     WalkScratch scratch = walk_scratch_take(&scratch_kept);
     IntList frontier_nodes = scratch.frontier_nodes, frontier_configs = scratch.frontier_configs;
@@ -624,17 +768,42 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < num_starts; i++) {
-        if (start_nodes[i] < 0 || start_nodes[i] >= num_nodes || start_configs[i] < 0 ||
-            start_configs[i] >= stepper.num_rows) {
-            PyErr_SetString(PyExc_ValueError, "walk: start node or configuration out of range");
+        if (add_start(trie, &stepper, start_nodes[i], start_configs[i], report_starts, &frontier_nodes,
+                      &frontier_configs, &output) < 0) {
             goto done;
         }
-        if (report_starts && report_tokens(token_ids, token_start[start_nodes[i]], token_start[start_nodes[i] + 1],
-                                           num_tokens, start_configs[i], &output) < 0) {
+    }
+    if (exits_obj != Py_None) {
+        const GroupExits *exits = (const GroupExits *)PyCapsule_GetPointer(exits_obj, GROUP_EXITS_NAME);
+        if (exits == NULL) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "walk: exits must be what group_exits returns");
             goto done;
         }
-        frontier_nodes.data[frontier_nodes.size++] = start_nodes[i];
-        frontier_configs.data[frontier_configs.size++] = start_configs[i];
+        if (get_int32_buffer(exit_starts_obj, &exit_starts_view, "exit_starts") < 0) {
+            goto done;
+        }
+        const Py_ssize_t num_exit_starts = exit_starts_view.len / (Py_ssize_t)sizeof(int32_t);
+        if (num_exit_starts < 1) {
+            PyErr_SetString(PyExc_ValueError, "walk: exit_starts is empty");
+            goto done;
+        }
+        uint8_t excepted[256] = {0};
+        if (excepted_obj != Py_None) {
+            if (PyObject_GetBuffer(excepted_obj, &excepted_view, PyBUF_SIMPLE) < 0) {
+                goto done;
+            }
+            for (Py_ssize_t i = 0; i < excepted_view.len; i++) {
+                excepted[((const uint8_t *)excepted_view.buf)[i]] = 1;
+            }
+        }
+        if (add_group_starts(trie, &stepper, exits, (const int32_t *)exit_starts_view.buf, num_exit_starts, excepted,
+                             &frontier_nodes, &frontier_configs, &output) < 0) {
+            goto done;
+        }
+    } else if (exit_starts_obj != Py_None || excepted_obj != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "walk: exit_starts and excepted go with exits");
+        goto done;
     }
 
     /* Level by level: trie nodes are numbered breadth first with the children of a node
@@ -734,7 +903,8 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 done:
     stepper_close(&stepper);
-    Py_buffer *views[] = {&start_nodes_view, &start_configs_view, &out_ids, &out_ends, &marks_view, &out_words};
+    Py_buffer *views[] = {&start_nodes_view, &start_configs_view, &out_ids, &out_ends, &marks_view, &out_words,
+                          &exit_starts_view, &excepted_view};
     for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
         if (views[i]->obj != NULL) {
             PyBuffer_Release(views[i]);
@@ -1221,6 +1391,7 @@ static PyMethodDef native_methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_VARARGS | METH_KEYWORDS, walk_doc},
     {"run_tails", run_tails, METH_VARARGS, run_tails_doc},
     {"live_exits", live_exits, METH_VARARGS, live_exits_doc},
+    {"group_exits", group_exits, METH_VARARGS, group_exits_doc},
     {"set_bits", set_bits, METH_VARARGS, set_bits_doc},
     {"bit_ids", bit_ids, METH_VARARGS, bit_ids_doc},
     {"successor_stats", successor_stats, METH_VARARGS, successor_stats_doc},

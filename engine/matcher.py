@@ -1143,6 +1143,18 @@ class Matcher(MatcherBase):
             lazy_members = (deferring or self._bounds_apply()) and exceptions is None
             _make_lazy_entries(self.automaton, chain, group.chain_counts if lazy_members else None)
         member_words = self._member_words_alone(group, chain, exceptions) if bits_only else None
+        if member_words is not None:
+            partial_ids = group.deferred_partial_ids(self.automaton, config, chain, trie, exceptions)
+            if partial_ids is not None:
+                # One native walk starts where tokens leave the group: at its live exits and
+                # below the excepted first bytes.
+                words = self._words_of(member_words, partial_ids)
+                native.walk(
+                    self.automaton, trie.native_tables, _NO_OUTPUT, _NO_OUTPUT, _NO_OUTPUT, _NO_OUTPUT,
+                    out_words=words, exits=group.native_exits(trie),
+                    exit_starts=np.array([config], dtype=np.int32) if chain is None else chain, excepted=exceptions,
+                )
+                return None, words, _BITS_ONLY
         frontier_nodes, frontier_configs, partial_ids, partial_configs, deferred_ends = group.exits_from(
             self.automaton, config, chain, trie=trie, skip_first=exceptions,
             defer_partials=deferring or self._defers_partials_under_budget(), ends_read=member_words is None,
@@ -1157,9 +1169,7 @@ class Matcher(MatcherBase):
         if member_words is not None:
             # Nothing reads where a token leads: the members' words, the live tokens ending
             # inside a character and the exit walk's tokens make the mask's bits alone.
-            words = np.zeros(words_for(self.vocab.size), dtype=np.uint32)
-            words[: len(member_words)] = member_words
-            set_ids(words, partial_ids)
+            words = self._words_of(member_words, partial_ids)
             self._walk_native_into(words, frontier_nodes, frontier_configs, report_starts=True)
             return None, words, _BITS_ONLY
         if deferred_ends is not None:
@@ -1183,6 +1193,13 @@ class Matcher(MatcherBase):
         id_parts.append(group.member_ids[live])
         end_parts.append(member_ends[live])
         return None
+
+    def _words_of(self, member_words: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """A mask's words: a group's ``member_words`` and the bits of ``ids``."""
+        words = np.zeros(words_for(self.vocab.size), dtype=np.uint32)
+        words[: len(member_words)] = member_words
+        set_ids(words, ids)
+        return words
 
     def _member_words_alone(self, group, chain: np.ndarray | None, exceptions: np.ndarray | None) -> np.ndarray | None:
         """The packed words of ``group``'s members live along ``chain`` (a loop's: all of

@@ -34,6 +34,7 @@ walk = _native.walk if AVAILABLE else None
 trie_tables = _native.trie_tables if AVAILABLE else None
 run_tails = _native.run_tails if AVAILABLE else None
 live_exits = _native.live_exits if AVAILABLE else None
+group_exits = _native.group_exits if AVAILABLE else None
 set_bits = _native.set_bits if AVAILABLE else None
 bit_ids = _native.bit_ids if AVAILABLE else None
 successor_stats = _native.successor_stats if AVAILABLE else None

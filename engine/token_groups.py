@@ -126,6 +126,7 @@ class TokenGroup:
         self.member_words = pack_ids(self.member_ids, self._top)
         self._first_bytes: tuple | None = None
         self._partial_first: np.ndarray | None = None
+        self._native_exits = None
         self._words_without: dict[bytes, np.ndarray] = {}
         self._partials_without: dict[bytes, tuple] = {}
         self._words_by_first: dict[int, np.ndarray] = {}
@@ -269,6 +270,14 @@ class TokenGroup:
             first = trie.first_bytes
             self._first_bytes = (first[node_of_token[self.member_ids]], first[self.exit_nodes], first[self.partial_nodes])
         return self._first_bytes
+
+    def native_exits(self, trie: TokenTrie):
+        """The exits as ``native.walk`` reads them (``native.group_exits``), made on first use."""
+        if self._native_exits is None:
+            self._native_exits = native.group_exits(
+                self.exit_nodes, self.exit_chars, self.exit_tails, self.exit_lengths, self.first_bytes(trie)[1]
+            )
+        return self._native_exits
 
     def exit_walk_marks(self, trie: TokenTrie) -> np.ndarray:
         """Per trie node, what a walk that knows every member and partial token live must
@@ -417,7 +426,7 @@ class TokenGroup:
             # on the skipped first bytes alone.
             ids, ends, positions, tail_of_token = (
                 (partial_ids, self._all_deferred_tokens, self._partial_positions, partial_owner)
-                if skipped is None else self._partials_without_first(trie, skip_first, skipped)
+                if skipped is None else self._partials_without_first(trie, skip_first)
             )
             if not ends_read:
                 return exit_nodes, exit_configs, ids, ends, None
@@ -448,6 +457,18 @@ class TokenGroup:
             )
         return exit_nodes, exit_configs, partial_ids[partial_live], token_configs[partial_live], deferred
 
+    def deferred_partial_ids(
+        self, automaton, config: int, chain: np.ndarray | None, trie: TokenTrie, skip_first: np.ndarray | None
+    ) -> np.ndarray | None:
+        """The ids of the tokens ending inside a character (but those whose first byte is one
+        of ``skip_first``) where each is surely live from its start (``exits_from``'s
+        deferred ones, all of them), else None."""
+        if len(self.partial_ids) and self._partials_surely_live(automaton, config, chain) is not True:
+            return None
+        if skip_first is None or not len(skip_first):
+            return self.partial_ids
+        return self._partials_without_first(trie, skip_first)[0]
+
     def _partial_starts(self, config: int, chain: np.ndarray | None):
         """Where each partial row's tail starts: ``config``, or along ``chain`` its count's."""
         return config if chain is None else chain[self.partial_chars]
@@ -463,7 +484,7 @@ class TokenGroup:
         return int(self.spec.ascii_array[0])
 
     def _partials_without_first(
-        self, trie: TokenTrie, skip_first: np.ndarray, skipped: np.ndarray
+        self, trie: TokenTrie, skip_first: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For partial tokens all deferred, those whose first byte is not skipped: (their
         ids, their DEFERRED ends, their positions among them, the index of each one's tail);
@@ -472,7 +493,7 @@ class TokenGroup:
         key = _byte_key(skip_first)
         found = self._partials_without.get(key)
         if found is None:
-            live = ~skipped[self._partial_token_first_bytes(trie)]
+            live = ~_byte_flags(skip_first)[self._partial_token_first_bytes(trie)]
             ids = _read_only(self.partial_ids[live])
             found = (
                 ids, _read_only(np.full(len(ids), DEFERRED, dtype=np.int32)),

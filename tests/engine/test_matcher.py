@@ -272,6 +272,51 @@ def test_native_tails_step_a_lazy_moving_table_and_refuse_malformed_arguments():
         native.run_tails(automaton, np.array([99], dtype=np.int32), tails[:1], np.array([1], dtype=np.int32), ends)
 
 
+@pytest.mark.skipif(not native.AVAILABLE, reason="native extension not built")
+def test_native_walk_from_a_groups_exits(vocab):
+    # Every byte loops on the only state: each start takes its subtree whole, so the tokens
+    # found are those below the exits not left out and below the excepted first bytes.
+    automaton = doubles.LazyTableAutomaton({0: dict.fromkeys(range(256), 0)}, {0})
+    trie = vocab.trie
+    trie_tables = native.trie_tables(trie.child_start, trie.child_end, trie.byte, trie.token_start, trie.token_ids)
+    first_level = trie.child_start[0] + np.arange(3, dtype=np.int32)
+    nodes, others = first_level[:2], int(trie.byte[first_level[2]])
+    first = trie.first_bytes[nodes].astype(np.uint8)
+    tails, lengths = np.zeros((2, 4), dtype=np.uint8), np.zeros(2, dtype=np.int32)
+    exits = native.group_exits(nodes, np.array([0, 1], dtype=np.int32), tails, lengths, first)
+    none = np.zeros(0, dtype=np.int32)
+    token_first = trie.first_bytes[trie.token_nodes]
+
+    def walked(**options) -> set[int]:
+        words = np.zeros(words_for(vocab.size), dtype=np.uint32)
+        native.walk(automaton, trie_tables, none, none, none, none, out_words=words, **options)
+        return set(unpack_ids(words, vocab.size).tolist())
+
+    def below(values) -> set[int]:
+        return set(trie.token_ids[np.isin(token_first, list(values))].tolist())
+
+    starts = np.array([0, 0], dtype=np.int32)
+    assert walked(exits=exits, exit_starts=starts) == below(first)
+    # An excepted byte leaves its exit out and walks the root's child by it instead.
+    assert walked(exits=exits, exit_starts=starts, excepted=first[:1]) == below(first)
+    assert walked(exits=exits, exit_starts=starts[:1], excepted=np.array([others], dtype=np.uint8)) == below(
+        [*first, others]
+    )
+    with pytest.raises(ValueError, match="inconsistent lengths"):
+        native.group_exits(nodes, np.array([0], dtype=np.int32), tails, lengths, first)
+    with pytest.raises(TypeError, match="group_exits"):
+        walked(exits=nodes, exit_starts=starts)
+    with pytest.raises(TypeError, match="go with exits"):
+        walked(exit_starts=starts)
+    with pytest.raises(ValueError, match="empty"):
+        walked(exits=exits, exit_starts=none)
+    bad = native.group_exits(nodes, np.array([0, 5], dtype=np.int32), tails, lengths, first)
+    with pytest.raises(ValueError, match="start index"):
+        walked(exits=bad, exit_starts=starts)
+    with pytest.raises(ValueError, match="out of range"):
+        walked(exits=exits, exit_starts=np.array([7], dtype=np.int32))
+
+
 @pytest.mark.skipif(native.live_exits is None, reason="the native extension is not built")
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), along_a_chain=st.booleans(), skip=st.sets(st.integers(0, 255), max_size=40))
@@ -780,6 +825,9 @@ def test_sparse_walk_hands_over_to_the_level_walk_without_losing_tokens(vocab, m
         ("\"(" + "|".join(f"{letter}key" for letter in "abcdefghijklmnopqrst") + r'|[^"\\]*)"', b'"zz"', True),
         (r'"(abc|ab|[^"\\]{0,5})"', b'"abx"', True),  # the same with a counted string
         (r'"( "x|ab|[^"\\]*)"', b'"ab"', True),  # a token leaving the string after an excepted byte
+        # An excepted byte leads where most characters die: a token leaving the string
+        # after it ('{"') is not one leaving after a string character.
+        (r'"(\{[0-9]+|a[0-9]+|[^{a"\\][^"\\]*)"', b'"{12"', True),
         (r'"(é|[^"\\]*)"', b'"\xc3\xa9x"', False),  # a multi-byte exception: the walk takes over
         # "h\xc3" ends inside a character after an excepted byte: walked below "h" alone.
         (r'"(hi|[^"\\]*)"', b'"hx"', True),
