@@ -58,6 +58,12 @@ class GroupSpec:
         return np.array(sorted(self.ascii_bytes), dtype=np.int64)
 
     @cached_property
+    def character_byte(self) -> int:
+        """The group's lowest ASCII byte: where every whole character of the group must lead
+        for the characters to be taken whole (``characters_surely_live``)."""
+        return min(self.ascii_bytes)
+
+    @cached_property
     def first_exceptions(self) -> int:
         """Most first bytes whose characters may go their own way where the group is
         near-uniform (at most a quarter of its bytes)."""
@@ -337,12 +343,12 @@ class TokenGroup:
         counts = self._partial_counts
         starts = chain[counts].tolist()
         verdicts = {start: characters_surely_live(automaton, start, self.spec) for start in set(starts)}
-        by_count = [verdicts[start] for start in starts]
-        if all(by_count):
+        # A chain's partial characters start from a configuration or two: one verdict.
+        if all(verdicts.values()):
             return True
-        if not any(by_count):
+        if not any(verdicts.values()):
             return False
-        return np.isin(self.partial_chars, counts[np.array(by_count)])
+        return np.isin(self.partial_chars, counts[np.array([verdicts[start] for start in starts])])
 
     @cached_property
     def chain_counts(self) -> np.ndarray:
@@ -477,11 +483,7 @@ class TokenGroup:
         """``DeferredEnds``'s ``characters``: where partial characters start (a few: the
         chain's configurations at the counts before them) and the byte whose way every
         whole character goes from there."""
-        return (config,) if chain is None else chain[self._partial_counts], self._character_byte
-
-    @cached_property
-    def _character_byte(self) -> int:
-        return int(self.spec.ascii_array[0])
+        return (config,) if chain is None else chain[self._partial_counts], self.spec.character_byte
 
     def _partials_without_first(
         self, trie: TokenTrie, skip_first: np.ndarray
@@ -602,7 +604,7 @@ def characters_surely_live(automaton, config: int, spec: GroupSpec) -> bool:
     somewhere live: every whole character leads where a live ASCII byte of the group does
     (``automaton.utf8_agrees``), so each byte inside a character keeps some item."""
     agrees = getattr(automaton, "utf8_agrees", None)
-    ascii_byte = int(spec.ascii_array[0])
+    ascii_byte = spec.character_byte
     return (
         agrees is not None and config != DEAD and automaton.step(config, ascii_byte) != DEAD
         and bool(agrees(config, ascii_byte))
@@ -682,7 +684,7 @@ def loops_on(automaton, config: int, spec: GroupSpec, loop_bytes: np.ndarray) ->
     """Whether every character of the group leads ``config`` back to itself."""
     if not loop_bytes[spec.ascii_array].all():
         return False
-    return not spec.non_ascii or _utf8_leads_to(automaton, config, config, int(spec.ascii_array[0]))
+    return not spec.non_ascii or _utf8_leads_to(automaton, config, config, spec.character_byte)
 
 
 def uniform_successor(automaton, config: int, spec: GroupSpec, successors: np.ndarray, *, wide: bool = True) -> int | None:
@@ -693,7 +695,7 @@ def uniform_successor(automaton, config: int, spec: GroupSpec, successors: np.nd
     target = int(successors[0])
     if (successors != target).any():
         return None
-    if wide and spec.non_ascii and not _utf8_leads_to(automaton, config, target, int(spec.ascii_array[0])):
+    if wide and spec.non_ascii and not _utf8_leads_to(automaton, config, target, spec.character_byte):
         return None
     return target
 
@@ -831,7 +833,7 @@ class GroupTables:
                 continue
             if target is None or target == DEAD or target == config or others > spec.first_exceptions:
                 continue
-            if spec.non_ascii and not _utf8_leads_to(automaton, config, target, int(spec.ascii_array[0])):
+            if spec.non_ascii and not _utf8_leads_to(automaton, config, target, spec.character_byte):
                 continue
             exceptions = spec.ascii_array[row[spec.ascii_array] != target]
             yield self.group(spec), target, exceptions.astype(np.uint8)
@@ -895,7 +897,7 @@ class GroupTables:
             # Past a group with more bytes than are live, some character of it dies.
             if len(spec.ascii_bytes) > live or successor is None or successor == DEAD:
                 continue
-            if spec.non_ascii and not _utf8_leads_to(automaton, config, successor, int(spec.ascii_array[0])):
+            if spec.non_ascii and not _utf8_leads_to(automaton, config, successor, spec.character_byte):
                 continue
             return self.group(spec), successor
         return None
