@@ -420,6 +420,27 @@ static int loops_on_all(Stepper *stepper, LoopCache *cache, int32_t config, cons
  * which live as long as it does: a walk takes them without asking each array again. */
 #define TRIE_ARRAYS 10
 
+/* Release the views of an opaque table's arrays (those taken). */
+static void release_views(Py_buffer *views, int count) {
+    for (int i = 0; i < count; i++) {
+        if (views[i].obj != NULL) {
+            PyBuffer_Release(&views[i]);
+        }
+    }
+}
+
+/* Views of ``arrays`` up to the first NULL: int32 where ``int32_names`` names the array,
+ * bytes elsewhere; -1 with an exception set (the caller releases the views taken). */
+static int take_views(PyObject *const *arrays, const char *const *int32_names, Py_buffer *views, int count) {
+    for (int i = 0; i < count && arrays[i] != NULL; i++) {
+        if ((int32_names[i] != NULL ? get_int32_buffer(arrays[i], &views[i], int32_names[i])
+                                    : PyObject_GetBuffer(arrays[i], &views[i], PyBUF_SIMPLE)) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 typedef struct {
     Py_buffer views[TRIE_ARRAYS];
     const int32_t *child_start, *child_end, *token_start, *token_ids;
@@ -434,11 +455,7 @@ typedef struct {
 static const char *const TRIE_TABLES_NAME = "surecall._native.trie_tables";
 
 static void trie_tables_free(TrieTables *trie) {
-    for (int i = 0; i < TRIE_ARRAYS; i++) {
-        if (trie->views[i].obj != NULL) {
-            PyBuffer_Release(&trie->views[i]);
-        }
-    }
+    release_views(trie->views, TRIE_ARRAYS);
     free(trie);
 }
 
@@ -473,12 +490,9 @@ static PyObject *trie_tables(PyObject *self, PyObject *args) {
     /* node_byte, below_bytes and whole_characters are bytes; the others int32. */
     static const char *const names[TRIE_ARRAYS] = {"child_start", "child_end", NULL, "token_start", "token_ids",
                                                    NULL, "below_start", "below_end", "depth_first", NULL};
-    for (int i = 0; i < TRIE_ARRAYS && arrays[i] != NULL; i++) {
-        if ((names[i] != NULL ? get_int32_buffer(arrays[i], &trie->views[i], names[i])
-                              : PyObject_GetBuffer(arrays[i], &trie->views[i], PyBUF_SIMPLE)) < 0) {
-            trie_tables_free(trie);
-            return NULL;
-        }
+    if (take_views(arrays, names, trie->views, TRIE_ARRAYS) < 0) {
+        trie_tables_free(trie);
+        return NULL;
     }
     Py_buffer *views = trie->views;
     const Py_ssize_t num_nodes = views[0].len / (Py_ssize_t)sizeof(int32_t);
@@ -530,11 +544,7 @@ typedef struct {
 static const char *const GROUP_EXITS_NAME = "surecall._native.group_exits";
 
 static void group_exits_free(GroupExits *exits) {
-    for (int i = 0; i < EXIT_ARRAYS; i++) {
-        if (exits->views[i].obj != NULL) {
-            PyBuffer_Release(&exits->views[i]);
-        }
-    }
+    release_views(exits->views, EXIT_ARRAYS);
     free(exits);
 }
 
@@ -562,12 +572,9 @@ static PyObject *group_exits(PyObject *self, PyObject *args) {
     }
     /* tails and first_bytes are bytes; the others int32. */
     static const char *const names[EXIT_ARRAYS] = {"nodes", "start_of", NULL, "lengths", NULL};
-    for (int i = 0; i < EXIT_ARRAYS; i++) {
-        if ((names[i] != NULL ? get_int32_buffer(arrays[i], &exits->views[i], names[i])
-                              : PyObject_GetBuffer(arrays[i], &exits->views[i], PyBUF_SIMPLE)) < 0) {
-            group_exits_free(exits);
-            return NULL;
-        }
+    if (take_views(arrays, names, exits->views, EXIT_ARRAYS) < 0) {
+        group_exits_free(exits);
+        return NULL;
     }
     Py_buffer *views = exits->views;
     const Py_ssize_t count = views[0].len / (Py_ssize_t)sizeof(int32_t);
