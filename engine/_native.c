@@ -797,7 +797,11 @@ static PyObject *walk(PyObject *self, PyObject *args, PyObject *kwargs) {
         }
         uint8_t excepted[256] = {0};
         if (excepted_obj != Py_None) {
-            if (PyObject_GetBuffer(excepted_obj, &excepted_view, PyBUF_SIMPLE) < 0) {
+            if (PyObject_GetBuffer(excepted_obj, &excepted_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+                goto done;
+            }
+            if (excepted_view.itemsize != 1) {
+                PyErr_SetString(PyExc_ValueError, "walk: excepted must be an array of bytes (uint8)");
                 goto done;
             }
             for (Py_ssize_t i = 0; i < excepted_view.len; i++) {

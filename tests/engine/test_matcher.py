@@ -310,6 +310,8 @@ def test_native_walk_from_a_groups_exits(vocab):
         walked(exit_starts=starts)
     with pytest.raises(ValueError, match="empty"):
         walked(exits=exits, exit_starts=none)
+    with pytest.raises(ValueError, match="uint8"):
+        walked(exits=exits, exit_starts=starts, excepted=first.astype(np.int64))
     bad = native.group_exits(nodes, np.array([0, 5], dtype=np.int32), tails, lengths, first)
     with pytest.raises(ValueError, match="start index"):
         walked(exits=bad, exit_starts=starts)
