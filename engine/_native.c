@@ -598,6 +598,8 @@ static PyObject *group_exits(PyObject *self, PyObject *args) {
 }
 
 static int32_t run_tail(Stepper *stepper, int32_t config, const uint8_t *tail, int32_t length, const char *function);
+static int32_t exit_after(Stepper *stepper, const int32_t *starts, Py_ssize_t num_starts, Py_ssize_t which,
+                          const uint8_t *tail, int32_t length, const char *function);
 
 /* A start of ``walk`` below ``node`` from ``config``, its tokens reported if ``report``;
  * -1 with an exception set when either is out of range or memory runs out. */
@@ -629,12 +631,8 @@ static int add_group_starts(const TrieTables *trie, Stepper *stepper, const Grou
         if (excepted[exits->first[i]]) {
             continue;
         }
-        const Py_ssize_t which = num_starts == 1 ? 0 : exits->start_of[i];
-        if (which < 0 || which >= num_starts) {
-            PyErr_SetString(PyExc_ValueError, "walk: an exit's start index out of range");
-            return -1;
-        }
-        const int32_t after = run_tail(stepper, starts[which], exits->tails + i * 4, exits->lengths[i], "walk");
+        const int32_t after = exit_after(stepper, starts, num_starts, num_starts == 1 ? 0 : exits->start_of[i],
+                                         exits->tails + i * 4, exits->lengths[i], "walk");
         if (after == UNKNOWN) {
             return -1;
         }
@@ -948,6 +946,18 @@ static int32_t run_tail(Stepper *stepper, int32_t config, const uint8_t *tail, i
     return config;
 }
 
+/* Where the exit with ``tail`` (``length`` bytes) leads from ``starts[which]``: DEAD once
+ * dead, UNKNOWN with an exception set when ``which`` is past the ``num_starts`` starts or
+ * the tail fails (``function`` names the caller). */
+static int32_t exit_after(Stepper *stepper, const int32_t *starts, Py_ssize_t num_starts, Py_ssize_t which,
+                          const uint8_t *tail, int32_t length, const char *function) {
+    if (which < 0 || which >= num_starts) {
+        PyErr_Format(PyExc_ValueError, "%s: an exit's start index out of range", function);
+        return UNKNOWN;
+    }
+    return run_tail(stepper, starts[which], tail, length, function);
+}
+
 PyDoc_STRVAR(run_tails_doc,
 "run_tails(automaton, starts, tails, lengths, out)\n"
 "\n"
@@ -1049,12 +1059,8 @@ static PyObject *live_exits(PyObject *self, PyObject *args) {
         if (skip != NULL && skip[first[i]]) {
             continue;
         }
-        const Py_ssize_t which = start_of == NULL ? 0 : start_of[i];
-        if (which < 0 || which >= num_starts) {
-            PyErr_SetString(PyExc_ValueError, "live_exits: a start index out of range");
-            goto done;
-        }
-        const int32_t after = run_tail(&stepper, starts[which], tails + i * 4, lengths[i], "live_exits");
+        const int32_t after = exit_after(&stepper, starts, num_starts, start_of == NULL ? 0 : start_of[i], tails + i * 4,
+                                         lengths[i], "live_exits");
         if (after == UNKNOWN) {
             goto done;
         }
